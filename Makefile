@@ -1,0 +1,46 @@
+# Carico: every target works from a fresh clone; `install` is implied where it is needed.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest
+
+test: lint unit
+
+protos: $(STAMP)
+	$(PY) -m protos.generate
+
+bench: $(STAMP)
+	$(PY) tests/bench/run.py $(BENCH_ARGS)
+
+demo: $(STAMP)
+	@echo "make demo: not available yet - the simulator and demo (carico demo) are not built." >&2
+	@exit 2
+
+e2e-bin:
+	@echo "make e2e-bin: not available yet - the real control-plane build under tests/e2e/ does not exist." >&2
+	@exit 2
+
+e2e:
+	@echo "make e2e: not available yet - the end-to-end suite under tests/e2e/ does not exist." >&2
+	@exit 2
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info

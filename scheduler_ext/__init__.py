@@ -1,0 +1,1 @@
+"""The kube-scheduler extender: capacity table, decisions, reservations, repacking, dashboard."""
