@@ -1,0 +1,73 @@
+"""Command-line flags with environment-variable equivalents.
+
+Every flag ``--foo-bar`` of a component can also be set as ``CARICO_FOO_BAR`` (a flag on the command
+line wins). The environment value is parsed with the flag's own type and choices, so a bad value
+fails at start-up with the flag's name in the message instead of deep inside the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ENV_PREFIX = "CARICO_"
+
+
+def env_name(flag: str) -> str:
+    """``--proc-root`` -> ``CARICO_PROC_ROOT``."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def parse_bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r} (use true/false)")
+
+
+def add_env_argument(
+    parser: argparse.ArgumentParser | Any,
+    flag: str,
+    *,
+    default: Any = None,
+    type: Callable[[str], Any] | None = None,
+    choices: Sequence[Any] | None = None,
+    help: str,
+    metavar: str | None = None,
+) -> None:
+    """Add ``flag`` whose default comes from ``CARICO_<FLAG>`` when that variable is set."""
+    env = env_name(flag)
+    value = default
+    if env in os.environ:
+        raw = os.environ[env]
+        try:
+            value = type(raw) if type is not None else raw
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            raise SystemExit(f"invalid {env}={raw!r} for {flag}: {exc}") from exc
+        if choices is not None and value not in choices:
+            raise SystemExit(f"invalid {env}={raw!r} for {flag}: choose from {list(choices)}")
+    kwargs: dict[str, Any] = {"type": type} if type is not None else {}
+    parser.add_argument(
+        flag,
+        default=value,
+        choices=choices,
+        **kwargs,
+        metavar=metavar,
+        help=f"{help} (env {env}; default: %(default)s)",
+    )
+
+
+def add_env_flag(parser: argparse.ArgumentParser | Any, flag: str, *, help: str) -> None:
+    """A boolean switch, off by default, also enabled by ``CARICO_<FLAG>=true``."""
+    env = env_name(flag)
+    try:
+        default = parse_bool(os.environ.get(env, "false"))
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"invalid {env} for {flag}: {exc}") from exc
+    parser.add_argument(
+        flag, action=argparse.BooleanOptionalAction, default=default, help=f"{help} (env {env})"
+    )
