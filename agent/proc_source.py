@@ -1,0 +1,199 @@
+"""``ProcSource``: the host's telemetry read through a procfs root (DESIGN §3.1).
+
+psutil parses ``/proc/stat`` and ``/proc/meminfo``; the pressure files go through
+:func:`agent.psi.parse_psi`. The feature maths lives in :mod:`agent.telemetry`.
+
+psutil's procfs root is a module global (``psutil.PROCFS_PATH``) that every psutil call reads at
+call time. Changing it for the whole process would surprise any other psutil user in the process
+(and two sources with different roots, as in the tests, would race), so each read swaps it in and
+back out under a lock: :func:`procfs_root`. The swap costs two attribute assignments.
+
+Failure handling: PSI absent (``ENOENT``: the kernel was built or booted without it) or disabled
+(``EOPNOTSUPP``, errno 95: older kernels booted with ``psi=0``) switches the source to utilisation
+only, logged once and reported in every sample's ``psi_available``. Any other unreadable or
+malformed file marks the sample missing (NaN features) and never raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from agent.psi import PsiParseError, PsiTotals, parse_psi, pressure_fraction
+from agent.telemetry import (
+    DEFAULT_FEATURES,
+    CpuTimes,
+    Sample,
+    cpu_feature,
+    cpu_utilisation,
+    memory_used,
+)
+
+log = logging.getLogger(__name__)
+
+_PSUTIL_LOCK = threading.Lock()
+# What psutil's parsers raise on a truncated or garbled file (a short /proc/stat line gives a
+# TypeError from the named tuple, a meminfo without MemTotal a KeyError).
+_PARSE_ERRORS = (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError)
+_PSI_OFF_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
+
+
+@contextlib.contextmanager
+def procfs_root(root: str) -> Iterator[None]:
+    """Point psutil at ``root`` for the duration of the block (thread-safe, restored after)."""
+    with _PSUTIL_LOCK:
+        saved = psutil.PROCFS_PATH
+        psutil.PROCFS_PATH = root
+        try:
+            yield
+        finally:
+            psutil.PROCFS_PATH = saved
+
+
+def read_bytes(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class ProcSource:
+    """Samples the host through ``proc_root``; ``read`` never raises on bad telemetry."""
+
+    def __init__(
+        self,
+        proc_root: str = "/proc",
+        features: tuple[str, ...] = DEFAULT_FEATURES,
+        reader: Callable[[str], bytes] = read_bytes,
+    ) -> None:
+        self._root = str(Path(proc_root))
+        self._features = tuple(features)
+        self._reader = reader
+        needed = {"cpu"} if {"cpu", "cpu_pressure"} & set(features) else set()
+        needed |= {res for res in ("memory", "io") if f"{res}_pressure" in features}
+        self._psi_resources = tuple(sorted(needed))
+        self._psi_available = True
+        self._warned: set[str] = set()
+        self._prev_cpu: CpuTimes | None = None
+        self._prev_psi: dict[str, tuple[float, int]] = {}
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self._features
+
+    @property
+    def psi_available(self) -> bool:
+        return self._psi_available
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    # -- individual reads ---------------------------------------------------------------------
+
+    def _cpu_times(self, problems: list[str]) -> CpuTimes | None:
+        try:
+            with procfs_root(self._root):
+                t = psutil.cpu_times()
+            return CpuTimes(
+                user=t.user,
+                nice=t.nice,
+                system=t.system,
+                idle=t.idle,
+                iowait=getattr(t, "iowait", 0.0),
+                irq=getattr(t, "irq", 0.0),
+                softirq=getattr(t, "softirq", 0.0),
+                steal=getattr(t, "steal", 0.0),
+            )
+        except (OSError, *_PARSE_ERRORS) as exc:
+            problems.append(f"stat: {exc!r}")
+            self._warn_once("stat", "cannot read %s/stat: %r", self._root, exc)
+            return None
+
+    def _memory(self, problems: list[str]) -> float | None:
+        try:
+            with procfs_root(self._root):
+                vm = psutil.virtual_memory()
+            used = memory_used(float(vm.total), float(vm.available))
+        except (OSError, *_PARSE_ERRORS) as exc:
+            problems.append(f"meminfo: {exc!r}")
+            self._warn_once("meminfo", "cannot read %s/meminfo: %r", self._root, exc)
+            return None
+        if used is None:
+            problems.append("meminfo: MemTotal is not positive")
+        return used
+
+    def _psi(self, resource: str, problems: list[str]) -> PsiTotals | None:
+        path = f"{self._root}/pressure/{resource}"
+        try:
+            text = self._reader(path).decode("ascii")
+            return parse_psi(text)
+        except OSError as exc:
+            if exc.errno in _PSI_OFF_ERRNOS:
+                self._psi_available = False
+                self._warn_once(
+                    "psi-off",
+                    "pressure stall information unavailable (%s: %s); "
+                    "falling back to CPU utilisation alone",
+                    path,
+                    exc.strerror or exc,
+                )
+                return None
+            problems.append(f"pressure/{resource}: {exc!r}")
+        except (UnicodeDecodeError, PsiParseError) as exc:
+            problems.append(f"pressure/{resource}: {exc}")
+        self._warn_once(f"psi-{resource}", "malformed %s: %s", path, problems[-1])
+        return None
+
+    # -- the sample ---------------------------------------------------------------------------
+
+    def read(self, now: float) -> Sample:
+        problems: list[str] = []
+        values: dict[str, float] = {}
+
+        cpu_now = self._cpu_times(problems) if "cpu" in self._features else None
+        util = None
+        if cpu_now is not None:
+            if self._prev_cpu is not None:
+                util = cpu_utilisation(self._prev_cpu, cpu_now)
+            self._prev_cpu = cpu_now
+
+        pressure: dict[str, float | None] = {}
+        for resource in self._psi_resources:
+            if not self._psi_available:
+                break
+            totals = self._psi(resource, problems)
+            if totals is None:
+                pressure[resource] = None
+                continue
+            prev = self._prev_psi.get(resource)
+            self._prev_psi[resource] = (now, totals.some)
+            pressure[resource] = (
+                None if prev is None else pressure_fraction(prev[1], totals.some, prev[0], now)
+            )
+
+        psi_ok = self._psi_available
+        for name in self._features:
+            if name == "cpu":
+                values[name] = cpu_feature(util, pressure.get("cpu"), psi_ok)
+            elif name == "memory":
+                used = self._memory(problems)
+                values[name] = math.nan if used is None else used
+            else:  # "<resource>_pressure"
+                resource = name.removesuffix("_pressure")
+                p = pressure.get(resource)
+                values[name] = (0.0 if not psi_ok else math.nan) if p is None else p
+        features = np.array([values[n] for n in self._features], dtype=np.float64)
+        return Sample(
+            features=features,
+            psi_available=psi_ok,
+            missing=bool(problems),
+            problems=tuple(problems),
+        )
