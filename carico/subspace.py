@@ -54,7 +54,10 @@ class SubspaceModel:
 
     @classmethod
     def from_batch(cls, batch: ArrayLike, rank: int | None = None) -> SubspaceModel:
-        """The model of one batch ``Y`` of shape (d, b): its second moment is ``Y Yᵀ / b``."""
+        """The model of one batch ``Y`` of shape (d, b): its second moment is ``Y Yᵀ / b``.
+
+        ``rank`` defaults to d (exact); a smaller rank keeps the top ``rank`` singular pairs.
+        """
         y = np.asarray(batch, dtype=np.float64)
         if y.ndim != 2 or y.shape[0] < 1 or y.shape[1] < 1:
             raise ValueError(f"batch must have shape (d, b) with d, b >= 1, got {y.shape}")
@@ -73,11 +76,16 @@ class SubspaceModel:
 
     @classmethod
     def _from_block(cls, block: FloatArray, rank: int | None) -> SubspaceModel:
-        d = block.shape[0]
-        u, s, _ = np.linalg.svd(block, full_matrices=False)
-        r = min(d, s.shape[0]) if rank is None else min(rank, d, s.shape[0])
+        d, cols = block.shape
+        r = d if rank is None else min(rank, d)
         if r < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
+        # With fewer columns than the rank asked for (a batch of one sample, say), the SVD has
+        # fewer singular values than r: complete U to an orthonormal basis and pad σ with zeros,
+        # so that the model keeps its rank and later updates are not truncated by this one.
+        u, s, _ = np.linalg.svd(block, full_matrices=cols < r)
+        if s.shape[0] < r:
+            s = np.concatenate((s, np.zeros(r - s.shape[0])))
         return cls(u[:, :r], s[:r])
 
     # -- operations ---------------------------------------------------------------------------
