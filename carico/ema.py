@@ -55,7 +55,6 @@ class DynamicEMA:
     __slots__ = (
         "_alpha_fast",
         "_alpha_slow",
-        "_count",
         "_dims",
         "_delta_min",
         "_delta_sigmas",
@@ -70,6 +69,7 @@ class DynamicEMA:
         "_rows",
         "_run",
         "_run_sign",
+        "_seen",
         "_snap",
     )
 
@@ -112,7 +112,7 @@ class DynamicEMA:
         # Ring buffers with a write position per dimension: a missing sample skips only its row.
         self._raw = np.zeros((self._dims, snap_samples))
         self._raw_pos = np.zeros(self._dims, dtype=np.int64)
-        self._count = np.zeros(self._dims, dtype=np.int64)
+        self._seen = np.zeros(self._dims, dtype=bool)  # has the dimension had a finite sample
         self._residuals = np.zeros((self._dims, noise_window))
         self._res_pos = np.zeros(self._dims, dtype=np.int64)
         self._res_count = np.zeros(self._dims, dtype=np.int64)
@@ -125,45 +125,47 @@ class DynamicEMA:
         if x.shape != (self._dims,):
             raise ValueError(f"sample must have shape ({self._dims},), got {x.shape}")
         valid = np.isfinite(x)
-        if valid.all() and self._count.all():
-            self._step(x, self._rows)
+        if valid.all() and self._seen.all():
+            # the common case: slices index the state arrays as views, no fancy-index copies
+            self._step(x, self._rows, slice(None))
         else:
-            first = valid & (self._count == 0)
+            first = valid & ~self._seen
             if first.any():
-                self._level[first] = x[first]
-                self._remember(x, first)
-            rest = valid & ~first
-            if rest.any():
-                self._step(x, np.flatnonzero(rest))
+                idx = np.flatnonzero(first)
+                self._level[idx] = x[idx]
+                self._seen[idx] = True
+                self._remember(x, idx)
+            rest = np.flatnonzero(valid & ~first)
+            if rest.size:
+                self._step(x, rest, rest)
         return self._level.copy()
 
-    def _step(self, x: FloatArray, rows: NDArray[np.intp]) -> None:
-        """One filter step for the dimensions ``rows`` (all have a level and a finite sample)."""
-        xs = x[rows]
-        e = xs - self._level[rows]
+    def _step(self, x: FloatArray, rows: NDArray[np.intp], sel: NDArray[np.intp] | slice) -> None:
+        """One filter step for the dimensions ``rows`` (all have a level and a finite sample);
+        ``sel`` indexes the same dimensions (a slice when they are all of them)."""
+        e = x[sel] - self._level[sel]
         # δ ≥ δ_min, so |e| ≤ δ_min can never exceed δ: the MAD is only needed where |e| > δ_min.
         exceed = np.abs(e) > self._delta_min
         if exceed.any():
-            hit = rows[exceed]
-            exceed[exceed] = np.abs(e[exceed]) > self._delta(hit)
+            exceed[exceed] = np.abs(e[exceed]) > self._delta(rows[exceed])
         sign = np.sign(e)
-        run = self._run[rows]
-        same = exceed & (run > 0) & (sign == self._run_sign[rows])
+        run = self._run[sel]
+        same = exceed & (run > 0) & (sign == self._run_sign[sel])
         run = np.where(exceed, np.where(same, run + 1, 1), 0)
-        fast = self._fast[rows] & exceed
-        self._run[rows] = run
-        self._run_sign[rows] = np.where(exceed, sign, 0.0)
+        fast = self._fast[sel] & exceed
+        self._run[sel] = run
+        self._run_sign[sel] = np.where(exceed, sign, 0.0)
         self._remember(x, rows)
         self._record_residual(e, rows)
-        level = self._level[rows] + np.where(fast, self._alpha_fast, self._alpha_slow) * e
+        level = self._level[sel] + np.where(fast, self._alpha_fast, self._alpha_slow) * e
         snap = run == self._snap
         if snap.any():
             # The last N raw samples are exactly the N samples of this run (missing ones are not
             # stored and do not reset the run), so their median is the new level.
             level[snap] = np.median(self._raw[rows[snap]], axis=1)
             fast = fast | snap
-        self._fast[rows] = fast
-        self._level[rows] = level
+        self._fast[sel] = fast
+        self._level[sel] = level
 
     def _delta(self, rows: NDArray[np.intp]) -> FloatArray:
         """δ = max(δ_min, k·1.4826·MAD of the stored residuals) for the dimensions ``rows``."""
@@ -182,16 +184,18 @@ class DynamicEMA:
             delta[i] = max(self._delta_min, self._delta_sigmas * MAD_TO_SIGMA * mad_i)
         return delta
 
-    def _remember(self, x: FloatArray, rows: NDArray[np.intp] | NDArray[np.bool_]) -> None:
-        idx = self._rows[rows]
-        self._raw[idx, self._raw_pos[idx]] = x[idx]
-        self._raw_pos[idx] = (self._raw_pos[idx] + 1) % self._snap
-        self._count[idx] += 1
+    def _remember(self, x: FloatArray, rows: NDArray[np.intp]) -> None:
+        pos = self._raw_pos[rows]
+        self._raw[rows, pos] = x[rows]
+        self._raw_pos[rows] = (pos + 1) % self._snap
 
     def _record_residual(self, e: FloatArray, rows: NDArray[np.intp]) -> None:
-        self._residuals[rows, self._res_pos[rows]] = e
-        self._res_pos[rows] = (self._res_pos[rows] + 1) % self._noise_window
-        self._res_count[rows] = np.minimum(self._res_count[rows] + 1, self._noise_window)
+        pos = self._res_pos[rows]
+        self._residuals[rows, pos] = e
+        self._res_pos[rows] = (pos + 1) % self._noise_window
+        count = self._res_count[rows]
+        if count.min() < self._noise_window:  # only while the window is still filling
+            self._res_count[rows] = np.minimum(count + 1, self._noise_window)
 
     # -- read-only state ----------------------------------------------------------------------
 
