@@ -157,8 +157,10 @@ class CostCapacityEstimator:
     def observe(self, now: float, k: float, pods: int, churn: bool) -> None:
         """One observation: the signal ``k`` at time ``now`` with ``pods`` workload pods running.
 
-        ``churn`` is true while a pod event is in progress (a containerd/cgroup hint, or the EMA
-        has not settled after one); a change of ``pods`` also starts the churn hold.
+        ``churn`` is true while a pod event is in progress: a containerd/cgroup hint, or the
+        Dynamic EMA not yet settled (``not ema.settled``). A change of ``pods`` also starts the
+        churn hold. The hold lasts until ``hold_seconds`` after the last such observation (2.5 s by
+        default: the EMA's settling after a start-up burst plus one 1 s batch).
         """
         if not math.isfinite(now) or now < self._now:
             raise ValueError(f"now must be finite and non-decreasing, got {now} after {self._now}")

@@ -218,9 +218,17 @@ def test_recovers_after_the_capacity_changes() -> None:
     samples, then inflates P and follows."""
     est = CostCapacityEstimator(prior_per_pod_cost=0.1)
     seen = feed(est, trace(9))
+    c_before = est.capacity
     changed = list(trace(10, steps=(11,), dwell=60, c=3.0, start=seen[-1].now, churn_seconds=0))
-    feed(est, iter(changed))
+    gated = []
+    for o in changed:
+        est.observe(o.now, o.k, o.pods, o.churn)
+        gated.append(est.gated)
+    # max_rejects = 5: four samples are rejected, the fifth inflates P and is taken
+    assert gated[:5] == [True, True, True, True, False]
+    assert not any(gated[5:])
     assert est.capacity == pytest.approx(3.0, rel=0.05)
+    assert c_before == pytest.approx(C_TRUE, rel=0.05)
 
 
 def test_recovers_after_the_per_pod_cost_changes() -> None:
@@ -269,14 +277,15 @@ def test_estimate_mode_is_nan_before_any_observation() -> None:
     assert est.avail(1.0, 3, "live") == pytest.approx(10.0)  # 1 / default prior 0.1
 
 
-def test_clamps_keep_the_cost_positive_and_the_capacity_non_negative() -> None:
+def test_the_clamp_keeps_the_cost_positive() -> None:
     est = CostCapacityEstimator(prior_per_pod_cost=0.1, min_per_pod_cost=0.01)
-    # k rising with n would mean a negative cost: the clamp holds p̂ at its minimum
-    obs = [(t, 1.0 + 0.05 * n) for t, n in enumerate([2] * 30 + [6] * 30, start=1)]
-    for t, k in obs:
-        est.observe(float(t), k, 2 if t <= 30 else 6, False)
-    assert est.per_pod_cost >= 0.01
-    assert est.capacity >= 0.0
+    # k rising with n would mean a negative cost: (1.1 − 1.3)/(6 − 2) = −0.05
+    for t in range(1, 61):
+        pods = 2 if t <= 30 else 6
+        est.observe(float(t), 1.0 + 0.05 * pods, pods, False)
+    assert est.cost_updates == 1
+    assert est.last_cost_measurement == pytest.approx(-0.05)
+    assert est.per_pod_cost == 0.01
 
 
 @pytest.mark.parametrize(
