@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from carico.model import CostCapacityEstimator
 
@@ -321,3 +323,44 @@ def test_bad_input_is_rejected(call: object, message: str) -> None:
 def test_bad_parameters_are_rejected(params: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         CostCapacityEstimator(**params)  # type: ignore[arg-type]
+
+
+# -- invariants on arbitrary input -----------------------------------------------------------------
+
+observations = st.lists(
+    st.tuples(
+        st.floats(0.0, 5.0),  # seconds since the previous observation
+        st.one_of(st.just(0.0), st.floats(0.0, 10.0)),  # k, often exactly 0
+        st.integers(0, 30),  # pods
+        st.booleans(),  # churn
+    ),
+    min_size=1,
+    max_size=200,
+)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(observations)
+def test_invariants_hold_on_arbitrary_input(obs: list[tuple[float, float, int, bool]]) -> None:
+    est = CostCapacityEstimator(prior_per_pod_cost=0.3, window=5, min_window=3, quiet_window=8)
+    now = 0.0
+    for dt, k, pods, churn in obs:
+        now += dt
+        before = (est.capacity, est.per_pod_cost)
+        est.observe(now, k, pods, churn)
+        assert est.per_pod_cost >= 1e-6
+        assert math.isnan(est.capacity) or est.capacity >= 0.0
+        assert est.noise_var > 0
+        if churn:
+            assert est.churn_hold
+        if not est.churn_hold and k <= 1e-6:
+            assert est.censored
+        if not est.churn_hold and (est.censored or est.gated):
+            # a sample that is not used changes nothing (an event, which can close a cost
+            # window, always starts a churn hold)
+            assert (est.capacity, est.per_pod_cost) == before or (
+                math.isnan(before[0]) and math.isnan(est.capacity)
+            )
+        for mode in ("live", "estimate"):
+            a = est.avail(k, pods, mode)
+            assert math.isnan(a) or a >= 0.0
