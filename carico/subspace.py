@@ -54,7 +54,10 @@ class SubspaceModel:
 
     @classmethod
     def from_batch(cls, batch: ArrayLike, rank: int | None = None) -> SubspaceModel:
-        """The model of one batch ``Y`` of shape (d, b): its second moment is ``Y Yᵀ / b``."""
+        """The model of one batch ``Y`` of shape (d, b): its second moment is ``Y Yᵀ / b``.
+
+        ``rank`` defaults to d (exact); a smaller rank keeps the top ``rank`` singular pairs.
+        """
         y = np.asarray(batch, dtype=np.float64)
         if y.ndim != 2 or y.shape[0] < 1 or y.shape[1] < 1:
             raise ValueError(f"batch must have shape (d, b) with d, b >= 1, got {y.shape}")
@@ -73,11 +76,16 @@ class SubspaceModel:
 
     @classmethod
     def _from_block(cls, block: FloatArray, rank: int | None) -> SubspaceModel:
-        d = block.shape[0]
-        u, s, _ = np.linalg.svd(block, full_matrices=False)
-        r = min(d, s.shape[0]) if rank is None else min(rank, d, s.shape[0])
+        d, cols = block.shape
+        r = d if rank is None else min(rank, d)
         if r < 1:
             raise ValueError(f"rank must be >= 1, got {rank}")
+        # With fewer columns than the rank asked for (a batch of one sample, say), the SVD has
+        # fewer singular values than r: complete U to an orthonormal basis and pad σ with zeros,
+        # so that the model keeps its rank and later updates are not truncated by this one.
+        u, s, _ = np.linalg.svd(block, full_matrices=cols < r)
+        if s.shape[0] < r:
+            s = np.concatenate((s, np.zeros(r - s.shape[0])))
         return cls(u[:, :r], s[:r])
 
     # -- operations ---------------------------------------------------------------------------
@@ -93,6 +101,11 @@ class SubspaceModel:
         """The model whose second moment is ``(wa·Ca + wb·Cb)/(wa+wb)``, truncated to ``rank``.
 
         The rank defaults to the larger of the two inputs' ranks (full rank d when both are).
+
+        >>> a = SubspaceModel.from_batch([[0.6], [0.0]])   # C_a = diag(0.36, 0)
+        >>> b = SubspaceModel.from_batch([[0.0], [0.3]])   # C_b = diag(0, 0.09)
+        >>> SubspaceModel.merge(a, b, 3, 1).second_moment().round(4).tolist()
+        [[0.27, 0.0], [0.0, 0.0225]]
         """
         if a.d != b.d:
             raise ValueError(f"cannot merge models of dimension {a.d} and {b.d}")
@@ -106,7 +119,17 @@ class SubspaceModel:
         return SubspaceModel._from_block(block, max(a.r, b.r) if rank is None else rank)
 
     def update(self, batch: ArrayLike, old_weight: float, new_weight: float) -> SubspaceModel:
-        """Fold a batch ``Y`` (d, b) in: second moment ``(wo·C + wn·Y Yᵀ/b)/(wo+wn)``."""
+        """Fold a batch ``Y`` (d, b) in: second moment ``(wo·C + wn·Y Yᵀ/b)/(wo+wn)``.
+
+        A 30 s half-life at one batch per second keeps ``wo = 0.5 ** (1/30)`` of the old moment:
+
+        >>> m = SubspaceModel.from_batch([[0.5, 0.5]])
+        >>> keep = 0.5 ** (1 / 30)
+        >>> for _ in range(30):
+        ...     m = m.update([[0.1, 0.1]], keep, 1 - keep)
+        >>> round(float(m.second_moment()[0, 0]), 6)  # halfway from 0.25 to 0.01
+        0.13
+        """
         return SubspaceModel.merge(
             self, SubspaceModel.from_batch(batch), old_weight, new_weight, rank=self.r
         )
