@@ -111,6 +111,31 @@ def cpu_utilisation(prev: CpuTimes, cur: CpuTimes) -> float | None:
     return min(1.0, d_busy / d_total)
 
 
+def parse_meminfo_head(data: bytes) -> tuple[int, int] | None:
+    """(MemTotal, MemAvailable) in kB from ``/proc/meminfo``; None if MemAvailable is absent.
+
+    Reads only up to MemAvailable (the third line since Linux 3.14). ValueError when MemTotal is
+    missing or a needed value is malformed.
+
+    >>> parse_meminfo_head(b"MemTotal: 8000 kB\\nMemFree: 1000 kB\\nMemAvailable: 6000 kB\\n")
+    (8000, 6000)
+    >>> parse_meminfo_head(b"MemTotal: 8000 kB\\nMemFree: 1000 kB\\n") is None
+    True
+    """
+    total: int | None = None
+    for line in data.split(b"\n"):
+        key, _, rest = line.partition(b":")
+        if key == b"MemTotal":
+            total = int(rest.split()[0])
+        elif key == b"MemAvailable":
+            if total is None:
+                raise ValueError("MemAvailable before MemTotal")
+            return total, int(rest.split()[0])
+    if total is None:
+        raise ValueError("no MemTotal line")
+    return None
+
+
 def memory_used(total_bytes: float, available_bytes: float) -> float | None:
     """1 − MemAvailable/MemTotal, clipped to [0,1]; None for an impossible total.
 

@@ -112,7 +112,8 @@ def test_malformed_stat_marks_missing_without_raising(fake_proc: FakeProc, stat:
 
 
 def test_missing_and_malformed_meminfo(fake_proc: FakeProc) -> None:
-    src = ProcSource(str(fake_proc.root), ("memory",))
+    # The simple reader: this test deletes the file, which procfs never does under an open fd.
+    src = ProcSource(str(fake_proc.root), ("memory",), reader=read_bytes)
     fake_proc.write("meminfo", "MemFree: 12 kB\n")  # no MemTotal
     s = src.read(0.0)
     assert s.missing and math.isnan(s.features[0])
@@ -121,6 +122,26 @@ def test_missing_and_malformed_meminfo(fake_proc: FakeProc) -> None:
     assert s.missing and math.isnan(s.features[0])
     fake_proc.set_memory(1000, 250)
     assert src.read(0.2).features[0] == pytest.approx(0.75)
+
+
+def test_meminfo_without_memavailable_uses_psutils_estimate(fake_proc: FakeProc) -> None:
+    # A pre-3.14 kernel: no MemAvailable line, and no /proc/zoneinfo in this fake root, so psutil
+    # estimates available memory as MemFree + Cached.
+    fake_proc.write(
+        "meminfo",
+        "MemTotal: 1000 kB\nMemFree: 200 kB\nBuffers: 0 kB\nCached: 300 kB\n"
+        "Active: 100 kB\nInactive: 100 kB\nShmem: 0 kB\nSlab: 0 kB\n",
+    )
+    s = ProcSource(str(fake_proc.root), ("memory",)).read(0.0)
+    assert not s.missing
+    assert s.features[0] == pytest.approx(1 - 500 / 1000)
+
+
+def test_kept_open_descriptors_see_fresh_content(fake_proc: FakeProc) -> None:
+    src = ProcSource(str(fake_proc.root), ("memory",))
+    assert src.read(0.0).features[0] == pytest.approx(0.25)
+    fake_proc.set_memory(8_000_000, 4_000_000)  # rewritten in place, like procfs regenerates it
+    assert src.read(0.1).features[0] == pytest.approx(0.5)
 
 
 def test_procfs_root_is_restored_for_other_psutil_users(fake_proc: FakeProc) -> None:
