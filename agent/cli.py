@@ -12,6 +12,7 @@ import argparse
 import gc
 import logging
 import os
+import signal
 import socket
 import sys
 
@@ -155,11 +156,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_logging_arguments(parser)
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised by the SIGTERM handler; a KeyboardInterrupt so that asyncio.run cancels cleanly."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def _node_name(args: argparse.Namespace) -> str:
     return args.node_name or os.environ.get("NODE_NAME", "") or socket.gethostname()
 
 
 def run(args: argparse.Namespace) -> int:
+    # SIGTERM (a pod being stopped) ends the agent like Ctrl-C: tasks cancelled, servers closed.
+    signal.signal(signal.SIGTERM, _terminate)
     configure_logging(args.log_level, args.log_format)
     if args.standalone and (args.aggregator or args.extender):
         print(
@@ -230,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
         import asyncio
 
         return asyncio.run(service.run())
+    except Terminated:
+        return 0
     except KeyboardInterrupt:
         return 130
     except ValueError as exc:  # bad TLS files and the like

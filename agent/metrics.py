@@ -78,14 +78,14 @@ class AgentCollector(Collector):
             c = CounterMetricFamily(f"carico_agent_{name}", doc, labels=["node"])
             c.add_metric([node], value)
             yield c
-        for prefix, client, what in (
-            ("exchange", svc.exchange, "Model exchanges with the aggregator"),
-            ("report", svc.reporter, "Capacity reports sent to the extender"),
+        for prefix, total, client, what in (
+            ("exchange", "exchanges", svc.exchange, "Model exchanges with the aggregator"),
+            ("report", "reports_sent", svc.reporter, "Capacity reports sent to the extender"),
         ):
             if client is None:
                 continue
             ok = client.exchanges if prefix == "exchange" else client.sent
-            c = CounterMetricFamily(f"carico_agent_{prefix}s", what, labels=["node"])
+            c = CounterMetricFamily(f"carico_agent_{total}", what, labels=["node"])
             c.add_metric([node], ok)
             yield c
             c = CounterMetricFamily(

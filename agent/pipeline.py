@@ -14,7 +14,7 @@ capacity, so before that the agent stays live. No I/O and no clock: ``now`` come
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -135,6 +135,8 @@ class AgentPipeline:
     ) -> CapacityReport | None:
         """One sample at ``now``; returns a report when it completes a batch, else None.
 
+        A pod event while live also returns an immediate estimate-mode report (a mode change).
+
         ``pod_event`` says a pod event (or a churn hint) happened since the previous step.
         """
         self.samples += 1
@@ -142,15 +144,38 @@ class AgentPipeline:
         if sample.missing:
             self.samples_missing += 1
             self._batch_missing += 1
+        early = None
         if pod_event:
             self._batch_event = True
             self._last_event = now
+            early = self._churn_report(now, pods)
         self._y = self.ema.update(sample.features)
         self._batch[:, self._fill] = self._y
         self._fill += 1
         if self._fill < self.config.batch:
-            return None
+            return early
         return self._close_batch(now, pods)
+
+    def _churn_report(self, now: float, pods: int) -> CapacityReport | None:
+        """At a pod event, switch to estimate mode at once instead of at the end of the batch.
+
+        Nothing is learned here: the report repeats the last one with the new pod count and
+        avail = ĉ/p̂ − n, so the extender hears about the churn without waiting up to a second.
+        """
+        last, est = self.last_report, self.estimator
+        if last is None or last.mode == "estimate" or not math.isfinite(est.capacity):
+            return None
+        report = replace(
+            last,
+            now=now,
+            pods=pods,
+            mode="estimate",
+            avail=est.avail(last.k, pods, "estimate"),
+            churn=True,
+            samples_missing=self.samples_missing,
+        )
+        self.last_report = report
+        return report
 
     # -- the batch ----------------------------------------------------------------------------
 

@@ -131,9 +131,14 @@ async def test_capacity_stream_survives_extender_restarts_with_increasing_sequen
 
 
 async def test_metrics_and_health_endpoints() -> None:
-    service = make_service(metrics_host="127.0.0.1", metrics_port=free_port())
+    ingest = RecordingIngest()
+    server = Server(lambda s: capacity_pb2_grpc.add_CapacityIngestServicer_to_server(ingest, s))
+    server.port = free_port()  # nothing listens: the report error counter must show it
+    service = make_service(
+        metrics_host="127.0.0.1", metrics_port=free_port(), extender=server.target
+    )
     async with running(service):
-        await wait_for(lambda: service.reports >= 2)
+        await wait_for(lambda: service.reports >= 2 and service.reporter.errors >= 1)
         base = f"http://127.0.0.1:{service.config.metrics_port}"
         async with aiohttp.ClientSession() as http:
             async with http.get(f"{base}/healthz") as resp:
@@ -151,5 +156,12 @@ async def test_metrics_and_health_endpoints() -> None:
         'carico_agent_pods{node="node-a"} 2.0',
         'carico_agent_mode{mode="live",node="node-a"}',
         'carico_agent_samples_missing_total{node="node-a"} 0.0',
+        'carico_agent_reports_sent_total{node="node-a"} 0.0',
+        'carico_agent_report_connected{node="node-a"} 0.0',
     ):
         assert name in text, name
+    errors = [ln for ln in text.splitlines() if ln.startswith("carico_agent_report_errors_total")]
+    assert errors and float(errors[0].split()[-1]) >= 1
+    # Every metric family appears once (no two collectors' names collide).
+    types = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
+    assert len(types) == len(set(types))

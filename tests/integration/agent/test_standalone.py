@@ -65,3 +65,33 @@ def test_standalone_refuses_servers_and_bad_flags() -> None:
     assert bad.returncode != 0 and "CARICO_FEATURES" in bad.stderr
     bad = run("--aggregator", "127.0.0.1:1")  # a pod watch without a node name
     assert bad.returncode == 2 and "NODE_NAME" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--standalone"], ["--no-kube", "--metrics-port", "0", "--node-name", "n1"]],
+    ids=["standalone", "service"],
+)
+def test_sigterm_stops_the_agent_cleanly(args: list[str]) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "carico.cli", "agent", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "CARICO_LOG_LEVEL": "info"},
+    )
+    try:
+        assert proc.stderr is not None
+        if "--standalone" in args:
+            assert proc.stdout is not None
+            json.loads(proc.stdout.readline())  # running: a first report arrived
+        else:
+            # The service logs its start-up warning once the event loop is about to run.
+            for line in proc.stderr:
+                if "computing capacity without reporting it" in line:
+                    break
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+        proc.wait()

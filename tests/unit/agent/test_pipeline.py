@@ -102,8 +102,12 @@ def test_pod_change_holds_estimation_and_switches_to_estimate_mode() -> None:
     assert math.isfinite(capacity)
     # A pod starts: the watch reports the event and the count goes to 3.
     t, during = drive(pipe, t, 2.0, (0.35, 0.25), pods=3, event_at=t + 0.3)
+    # The mode change is reported at the event itself, not at the end of the batch.
+    assert during[0].now == pytest.approx(t - 2.0 + 0.3)
     assert during[0].churn and during[0].mode == "estimate"
     assert during[0].avail == pytest.approx(capacity / during[0].per_pod_cost - 3)
+    assert during[1].churn and during[1].mode == "estimate"  # the batch report agrees
+    assert len(during) == 3  # the early report plus one per batch
     # After the hold the agent is live again.
     _, after = drive(pipe, t, 4.0, (0.35, 0.25), pods=3)
     assert not after[-1].churn and after[-1].mode == "live"
