@@ -108,10 +108,11 @@ class PodWatcher:
                     resource_version=rv,
                     timeout_seconds=WATCH_TIMEOUT_S,
                     allow_watch_bookmarks=True,
-                    deserialize=False,
                 ):
+                    # The client's ERROR (410) handling needs its default deserialisation; the
+                    # event keeps the wire form in raw_object, which is what PodInfo reads.
                     kind = event.get("type")
-                    obj = event.get("object") or {}
+                    obj = event.get("raw_object") or {}
                     new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                     if new_rv:
                         rv = str(new_rv)
