@@ -10,8 +10,9 @@ and a failed channel is closed and rebuilt so no stale connection state survives
   its local model.
 * :class:`CapacityReporter` keeps one ``Report`` stream open and sends the latest report whenever
   :meth:`CapacityReporter.publish` is called (every batch, and at once on a mode change). Reports
-  produced while disconnected are not queued: only the newest matters. Sequence numbers increase
-  across reconnects.
+  produced while disconnected are not queued: only the newest unsent one goes out on reconnection
+  (one already delivered is not repeated: the extender would refuse it as not newer). Sequence
+  numbers increase across reconnects.
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class CapacityReporter:
         self.connect_timeout = connect_timeout
         self.backoff = backoff or Backoff(initial=0.5, maximum=30.0)
         self._latest: capacity_pb2.NodeCapacity | None = None
+        self._pending = False  # the latest report has not been sent yet
         self._wake = asyncio.Event()
         self.sequence = 0
         self.sent = 0
@@ -133,14 +135,16 @@ class CapacityReporter:
     def publish(self, report: capacity_pb2.NodeCapacity) -> None:
         """Send ``report`` as soon as the stream allows (replaces any unsent one)."""
         self._latest = report
+        self._pending = True
         self._wake.set()
 
     async def _requests(self) -> AsyncIterator[capacity_pb2.NodeCapacity]:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self._latest is None:
+            if self._latest is None or not self._pending:
                 continue
+            self._pending = False
             message = capacity_pb2.NodeCapacity()
             message.CopyFrom(self._latest)
             self.sequence += 1
@@ -161,8 +165,8 @@ class CapacityReporter:
             self.streams += 1
             self.connected = True
             self.backoff.reset()
-            if self._latest is not None:
-                self._wake.set()  # the newest report goes out on the fresh stream at once
+            if self._pending:
+                self._wake.set()  # an unsent report goes out on the fresh stream at once
             stub = capacity_pb2_grpc.CapacityIngestStub(channel)
             try:
                 summary = await stub.Report(self._requests())

@@ -131,11 +131,13 @@ class AgentPipeline:
         return self.estimator.set_prior(per_pod_cost)
 
     def step(
-        self, now: float, sample: Sample, pods: int, pod_event: bool = False
+        self, now: float, sample: Sample, pods: int | None, pod_event: bool = False
     ) -> CapacityReport | None:
         """One sample at ``now``; returns a report when it completes a batch, else None.
 
         A pod event while live also returns an immediate estimate-mode report (a mode change).
+        ``pods`` None means the count is not known yet (the pod watch has not listed): the model
+        learns, but the estimator waits and nothing is reported.
 
         ``pod_event`` says a pod event (or a churn hint) happened since the previous step.
         """
@@ -148,7 +150,8 @@ class AgentPipeline:
         if pod_event:
             self._batch_event = True
             self._last_event = now
-            early = self._churn_report(now, pods)
+            if pods is not None:
+                early = self._churn_report(now, pods)
         self._y = self.ema.update(sample.features)
         self._batch[:, self._fill] = self._y
         self._fill += 1
@@ -179,7 +182,7 @@ class AgentPipeline:
 
     # -- the batch ----------------------------------------------------------------------------
 
-    def _close_batch(self, now: float, pods: int) -> CapacityReport | None:
+    def _close_batch(self, now: float, pods: int | None) -> CapacityReport | None:
         cfg = self.config
         batch, missing, event = self._batch, self._batch_missing, self._batch_event
         self._batch = np.full_like(batch, np.nan)
@@ -194,7 +197,7 @@ class AgentPipeline:
                 old, new = cfg.local_weights()
                 self.local = self.local.update(complete, old, new)
         y = self._y
-        if self.local is None or not np.all(np.isfinite(y)):
+        if self.local is None or pods is None or not np.all(np.isfinite(y)):
             return None
 
         model, age = self.local, 0.0

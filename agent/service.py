@@ -51,10 +51,10 @@ class ServiceConfig:
 class PodState:
     """The pod count and whether a pod event happened since the sampler last looked."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: bool = False) -> None:
         self.count = 0
         self.event = False
-        self.known = False
+        self.known = known  # False until the pod watch has listed the node's pods
 
     def update(self, count: int, changed: bool) -> None:
         self.count, self.known = count, True
@@ -109,7 +109,8 @@ class AgentService:
         self.monotonic = monotonic
         self.wall = wall
         self.out = out
-        self.pods = pods or PodState()
+        # Without a pod watch the count is 0 (or the source's) from the start.
+        self.pods = pods or PodState(known=not config.kube)
         self.pipeline = AgentPipeline(source.feature_names, config.pipeline)
         self.exchange: Any = None  # agent.grpc_client.ExchangeClient when configured
         self.reporter: Any = None  # agent.grpc_client.CapacityReporter when configured
@@ -126,7 +127,9 @@ class AgentService:
         """Take one sample and run the pipeline (what the sampler does at every tick)."""
         now = self.monotonic()
         sample = self.source.read(now)
-        pods = sample.pods if sample.pods is not None else self.pods.count
+        pods = sample.pods
+        if pods is None and self.pods.known:
+            pods = self.pods.count
         report = self.pipeline.step(now, sample, pods, self.pods.take_event())
         if report is not None:
             self._emit(report)
@@ -221,6 +224,8 @@ class AgentService:
     # -- readiness and the whole service ------------------------------------------------------
 
     def ready(self) -> str | None:
+        if self.config.kube and not self.pods.known:
+            return "pod watch has not listed this node's pods yet"
         if self.last_report is None:
             return "no capacity report yet"
         return None
