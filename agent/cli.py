@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 
-from carico.cliargs import add_env_argument, add_env_flag
+from carico.cliargs import add_env_argument, add_env_flag, env_name, parse_bool
 from carico.logs import add_logging_arguments, configure_logging
 
 log = logging.getLogger("agent")
@@ -111,10 +111,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_flag(
         g, "--standalone", help="run on this machine without servers; print JSON reports to stdout"
     )
-    add_env_flag(
-        g, "--no-kube", help="do not watch pods in Kubernetes (pod count from the source or 0)"
+    # Not add_env_flag: argparse's BooleanOptionalAction reads any "--no-" flag as "false".
+    env = env_name("--no-kube")
+    try:
+        no_kube_default = parse_bool(os.environ.get(env, "false"))
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"invalid {env} for --no-kube: {exc}") from exc
+    g.add_argument(
+        "--no-kube",
+        action="store_true",
+        default=no_kube_default,
+        help=f"do not watch pods in Kubernetes (pod count from the source or 0) (env {env})",
     )
     add_env_argument(g, "--kubeconfig", default="", help="kubeconfig file (default: in-cluster)")
+    add_env_argument(
+        g,
+        "--churn-hint",
+        default="none",
+        choices=["none", "cgroup"],
+        help="fast churn hint: 'cgroup' watches pod cgroups with inotify (the pod watch stays "
+        "authoritative)",
+    )
+    add_env_argument(
+        g,
+        "--cgroup-root",
+        default="/sys/fs/cgroup",
+        help="cgroup filesystem holding the kubepods tree (for --churn-hint cgroup)",
+    )
     add_env_argument(
         g,
         "--duration",
@@ -170,7 +193,18 @@ def _node_name(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     # SIGTERM (a pod being stopped) ends the agent like Ctrl-C: tasks cancelled, servers closed.
+    # The handler is installed first and everything after it sits inside the try, so a signal
+    # arriving at any point (even while a log line is written) ends the agent cleanly.
     signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    except Terminated:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     if args.standalone and (args.aggregator or args.extender):
         print(
@@ -181,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print("carico agent: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    from agent.cgroup_watch import HintUnavailable
     from agent.pipeline import PipelineConfig
     from agent.proc_source import ProcSource
     from agent.service import AgentService, ServiceConfig
@@ -228,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         kube=kube,
         kubeconfig=args.kubeconfig,
+        churn_hint=args.churn_hint,
+        cgroup_root=args.cgroup_root,
     )
     source = ProcSource(args.proc_root, args.features)
     service = AgentService(config, source, out=sys.stdout if args.standalone else None)
@@ -236,15 +273,11 @@ def run(args: argparse.Namespace) -> int:
     # Everything loaded so far lives as long as the process: keep it out of the cyclic GC's scans.
     gc.freeze()
     try:
-        if args.standalone and not metrics_port:
+        if args.standalone and not metrics_port and args.churn_hint == "none":
             return service.run_blocking()
         import asyncio
 
         return asyncio.run(service.run())
-    except Terminated:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except ValueError as exc:  # bad TLS files and the like
+    except (ValueError, HintUnavailable) as exc:  # bad TLS files, an unavailable churn hint
         print(f"carico agent: {exc}", file=sys.stderr)
         return 2

@@ -32,13 +32,19 @@ def load_api(kubeconfig: str | None) -> Any:
     """A ``CoreV1Api``: in-cluster configuration, else ``kubeconfig`` (or the default file)."""
     from kubernetes import client, config
 
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)
-    else:
-        try:
-            config.load_incluster_config()
-        except config.ConfigException:
-            config.load_kube_config()
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)
+        else:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+    except (config.ConfigException, OSError) as exc:
+        raise ValueError(
+            f"cannot configure the Kubernetes client ({exc}); run in a pod, pass --kubeconfig, "
+            "or count no pods with --no-kube"
+        ) from exc
     return client.CoreV1Api()
 
 

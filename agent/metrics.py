@@ -96,6 +96,12 @@ class AgentCollector(Collector):
             yield _gauge(
                 f"{prefix}_connected", f"{what}: 1 while connected", float(client.connected), node
             )
+        if svc.churn_hint is not None:
+            c = CounterMetricFamily(
+                "carico_agent_churn_hints", "Pod cgroups created or removed", labels=["node"]
+            )
+            c.add_metric([node], svc.churn_hint.events)
+            yield c
         if svc.watcher is not None:
             c = CounterMetricFamily(
                 "carico_agent_pod_watch_errors", "Pod watch failures", labels=["node"]

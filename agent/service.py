@@ -46,6 +46,8 @@ class ServiceConfig:
     tls_key: str = ""
     kube: bool = False  # count pods with an API watch (else: from the source, or 0)
     kubeconfig: str = ""
+    churn_hint: str = "none"  # "cgroup": inotify on the kubepods cgroup tree
+    cgroup_root: str = "/sys/fs/cgroup"
 
 
 class PodState:
@@ -59,6 +61,10 @@ class PodState:
     def update(self, count: int, changed: bool) -> None:
         self.count, self.known = count, True
         self.event = self.event or changed
+
+    def hint(self, name: str = "") -> None:
+        """A churn hint (a pod cgroup came or went): the count is unchanged, the hold starts."""
+        self.event = True
 
     def take_event(self) -> bool:
         event, self.event = self.event, False
@@ -115,6 +121,7 @@ class AgentService:
         self.exchange: Any = None  # agent.grpc_client.ExchangeClient when configured
         self.reporter: Any = None  # agent.grpc_client.CapacityReporter when configured
         self.watcher: Any = None  # agent.kube_watch.PodWatcher when configured
+        self.churn_hint: Any = None  # agent.cgroup_watch.CgroupChurnHint when configured
         self.reports = 0
         self.ticks_skipped = 0
         self.exchange_sequence = 0
@@ -238,6 +245,11 @@ class AgentService:
         tasks: list[asyncio.Task[None]] = []
         ops = watcher = None
         try:
+            if cfg.churn_hint == "cgroup":
+                from agent.cgroup_watch import CgroupChurnHint
+
+                self.churn_hint = CgroupChurnHint(cfg.cgroup_root, self.pods.hint)
+                tasks.append(asyncio.create_task(self.churn_hint.run(), name="churn-hint"))
             if cfg.metrics_port:
                 from prometheus_client import CollectorRegistry
 

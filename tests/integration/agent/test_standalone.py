@@ -65,6 +65,9 @@ def test_standalone_refuses_servers_and_bad_flags() -> None:
     assert bad.returncode != 0 and "CARICO_FEATURES" in bad.stderr
     bad = run("--aggregator", "127.0.0.1:1")  # a pod watch without a node name
     assert bad.returncode == 2 and "NODE_NAME" in bad.stderr
+    # A pod watch without any Kubernetes configuration (HOME has no kubeconfig here).
+    bad = run("--node-name", "n1", "--metrics-port", "0", env={"HOME": "/nonexistent"})
+    assert bad.returncode == 2 and "cannot configure the Kubernetes client" in bad.stderr
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ def test_every_flag_is_documented_with_its_environment_variable() -> None:
         s for a in p._actions for s in a.option_strings if s.startswith("--") and s != "--help"
     ]
     flags = [f for f in flags if not f.startswith("--no-") or f == "--no-kube"]
+    assert "--no-no-kube" not in text
     assert len(flags) >= 20
     for flag in flags:
         assert flag in text
@@ -38,6 +39,13 @@ def test_environment_sets_defaults_and_flags_win(monkeypatch: pytest.MonkeyPatch
     assert args.exchange_interval == 3.0
     assert args.no_kube is True
     assert args.metrics_port is None  # resolved at start: 9464, or off in standalone mode
+
+
+def test_switches_on_the_command_line() -> None:
+    args = parser().parse_args(["--no-kube", "--standalone"])
+    assert args.no_kube is True and args.standalone is True
+    args = parser().parse_args([])
+    assert args.no_kube is False and args.standalone is False
 
 
 @pytest.mark.parametrize(
