@@ -13,7 +13,11 @@ small parser. No I/O: :mod:`agent.proc_source` reads the file and hands the text
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+_AVG = r"\d+(?:\.\d+)?"
+_LINE = re.compile(rf"(some|full) avg10={_AVG} avg60={_AVG} avg300={_AVG} total=(\d+)")
 
 
 class PsiParseError(ValueError):
@@ -38,29 +42,17 @@ def parse_psi(text: str) -> PsiTotals:
     """
     totals: dict[str, int] = {}
     for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+        if not line or line.isspace():
             continue
-        kind, _, rest = line.strip().partition(" ")
-        if kind not in ("some", "full"):
-            raise PsiParseError(f"line {line_no}: expected 'some' or 'full', got {kind[:20]!r}")
+        # One strict pattern per line: a truncated read can cut a line anywhere, and every field
+        # must be present and well-formed (it is also the cheapest check at 10 Hz).
+        match = _LINE.fullmatch(line.strip())
+        if match is None:
+            raise PsiParseError(f"line {line_no}: not a pressure line: {line[:40]!r}")
+        kind = match.group(1)
         if kind in totals:
             raise PsiParseError(f"line {line_no}: duplicate {kind!r} line")
-        fields: dict[str, str] = {}
-        for item in rest.split():
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise PsiParseError(f"line {line_no}: field without '=': {item[:20]!r}")
-            fields[key] = value
-        # A truncated read can cut a line anywhere; every field must be present and well-formed.
-        for key in ("avg10", "avg60", "avg300"):
-            try:
-                float(fields[key])
-            except (KeyError, ValueError) as exc:
-                raise PsiParseError(f"line {line_no}: bad or missing {key}") from exc
-        raw_total = fields.get("total", "")
-        if not raw_total.isdigit():
-            raise PsiParseError(f"line {line_no}: bad or missing total")
-        totals[kind] = int(raw_total)
+        totals[kind] = int(match.group(2))
     if "some" not in totals:
         raise PsiParseError("no 'some' line")
     return PsiTotals(some=totals["some"], full=totals.get("full"))
