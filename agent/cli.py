@@ -157,6 +157,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="seconds between model exchanges with the aggregator",
     )
     add_env_argument(
+        g,
+        "--global-ttl",
+        default=300.0,
+        type=_positive_float,
+        help="seconds a global model is merged after it arrived; older, the local model is used",
+    )
+    add_env_argument(
         g, "--rpc-timeout", default=2.0, type=_positive_float, help="seconds per gRPC call/connect"
     )
     add_env_argument(
@@ -239,6 +246,7 @@ def _run(args: argparse.Namespace) -> int:
             k_max=args.k_max,
             hold_s=args.churn_hold,
             prior_per_pod_cost=args.prior_per_pod_cost,
+            global_ttl_s=args.global_ttl,
         )
     except ValueError as exc:
         print(f"carico agent: {exc}", file=sys.stderr)

@@ -43,6 +43,9 @@ class PipelineConfig:
     prior_per_pod_cost: float = 0.1
     # Live signal is suspect when more than this fraction of a batch's samples is missing.
     max_missing_fraction: float = 0.5
+    # A global model older than this (the aggregator has been unreachable) is no longer merged:
+    # the node falls back to its own model rather than lean on a fleet view of unknown age.
+    global_ttl_s: float = 300.0
     ema: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -50,6 +53,8 @@ class PipelineConfig:
             raise ValueError("sample rate, batch size and half-life must be positive")
         if not 0 <= self.max_missing_fraction < 1:
             raise ValueError("max_missing_fraction must be in [0, 1)")
+        if not self.global_ttl_s > 0:
+            raise ValueError("the global model's time to live must be positive")
 
     @property
     def batch_seconds(self) -> float:
@@ -202,6 +207,8 @@ class AgentPipeline:
 
         model, age = self.local, 0.0
         view = self.global_view
+        if view is not None and now - view.received_at > cfg.global_ttl_s:
+            view = None  # stale: keep the last view for its age, but do not merge it
         if view is not None:
             model = SubspaceModel.merge(
                 view.model, self.local, max(view.contributing_nodes - 1, 0), 1.0

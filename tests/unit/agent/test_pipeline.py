@@ -78,6 +78,19 @@ def test_merge_with_the_global_model_uses_weights_n_minus_1_to_1() -> None:
     assert r.k != pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
 
 
+def test_a_stale_global_model_is_no_longer_merged() -> None:
+    pipe = AgentPipeline(NAMES, PipelineConfig(global_ttl_s=5.0))
+    t, _ = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=0)
+    fleet = SubspaceModel.from_batch(np.array([[0.1, 0.2], [0.6, 0.5]]))
+    pipe.set_global(GlobalView(fleet, contributing_nodes=4, received_at=t))
+    t, fresh = drive(pipe, t, 4.0, (0.3, 0.2), pods=0)
+    assert all(r.global_model for r in fresh)
+    _, stale = drive(pipe, t, 3.0, (0.3, 0.2), pods=0)
+    assert not stale[-1].global_model  # 6.9 s after it arrived, beyond the 5 s time to live
+    assert pipe.local is not None
+    assert stale[-1].k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
+
+
 def test_global_model_of_other_dimensions_is_refused() -> None:
     pipe = AgentPipeline(NAMES)
     other = SubspaceModel.from_batch(np.ones((3, 2)) * 0.2)
