@@ -178,9 +178,14 @@ class Cluster:
         cores = self.cores
         self.demand = demand
         self.share = np.minimum(1.0, cores / np.maximum(demand, _EPS))
-        # Time-sharing a core among many CPU-bound threads wastes some of it (context switches,
-        # cold caches): useful work per share falls as 1 / (1 + overhead * (threads/core - 1)).
-        over = np.maximum(demand / cores - 1.0, 0.0)
+        # Time-sharing a core among many CPU-bound processes wastes some of it (context switches
+        # between distinct working sets, cold caches): useful work falls as
+        # 1 / (1 + overhead * (processes per core - 1)). Threads of one pod share a working set,
+        # so a pod counts once (at most one core's worth if it has fewer threads).
+        procs = np.bincount(
+            rnodes, weights=np.minimum(self.threads[running], 1.0), minlength=self.n_nodes
+        )
+        over = np.maximum(procs / cores - 1.0, 0.0)
         self.efficiency = 1.0 / (1.0 + p.contention_overhead * over)
         self.util = np.minimum(demand, cores) / cores
         # Linux PSI on SMP: some = min(nr_delayed / min(nr_nonidle, nr_cpus), 1).

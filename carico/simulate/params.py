@@ -85,7 +85,7 @@ class ModelParams:
 
     dt: float = 0.1  # [DESIGN §7] 100 ms step; telemetry is sampled every step (10 Hz)
     node: NodeParams = field(default_factory=NodeParams)
-    # [F] Loss of useful CPU when many CPU-bound threads time-share a core: per runnable thread
+    # [F] Loss of useful CPU when many CPU-bound processes time-share a core: per running pod
     # beyond one per core, this fraction of the node's throughput goes to switching and cold
     # caches. [D §4.2.1] observed completion times growing with pods per node beyond what
     # utilisation shows and blames exactly this (cache contention, CPU thrashing under Xen).
