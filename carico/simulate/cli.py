@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from carico.simulate import scenarios
+from carico.simulate.calibration import comparison_table, evaluate
 from carico.simulate.engine import CaseResult, run_case
 from carico.simulate.params import ModelParams, override
 from carico.simulate.report import header, table, to_json, write_plots
@@ -52,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(repeatable; every parameter is printed with each run)",
     )
     parser.add_argument("--list", action="store_true", help="list scenarios and cases, then exit")
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="run the default rows of the dissertation's tables and print simulated vs measured; "
+        "exit 1 if a calibration target is outside its band",
+    )
 
 
 def _pick_cases(scenario: scenarios.Scenario, text: str) -> list[scenarios.Case]:
@@ -74,6 +81,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  cases: {', '.join(c.label for c in s.cases)}")
             print(f"  schedulers: {', '.join(s.schedulers)}")
         return 0
+    if args.calibrate:
+        return _calibrate(args)
     try:
         scenario = scenarios.get(args.scenario)
         cases = _pick_cases(scenario, args.cases)
@@ -106,3 +115,19 @@ def run(args: argparse.Namespace) -> int:
         print("carico simulate: some runs hit the simulated time limit", file=sys.stderr)
         return 1
     return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    try:
+        params = override(ModelParams(), args.overrides)
+    except ValueError as exc:
+        print(f"carico simulate: {exc}", file=sys.stderr)
+        return 2
+    print(header(args.seed, params))
+    print(flush=True)
+    rows = evaluate(params, args.seed, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    text, ok = comparison_table(rows)
+    print(text)
+    print()
+    print("calibration: all targets inside their bands" if ok else "calibration: FAILED")
+    return 0 if ok else 1
