@@ -12,10 +12,13 @@ binding is still in flight count on their node, and bindings limited by the clie
 **The seam for Carico.** In production Carico is a kube-scheduler *extender*: the same queue and
 in-tree filters run first, then the extender's filter narrows the nodes, its prioritize scores
 (0..10, times weight, times 10) are added to the plugin scores, and it binds. ``KubeScheduler``
-takes an optional ``Extender`` with exactly those three calls. The ``carico`` scheduler is
-``KubeScheduler(extender=<the extender's decision code behind its --no-kube cluster interface>)``
-fed by agents reading ``Cluster.telemetry``; that wiring lives with the extender and is not built
-yet, so ``make_scheduler("carico")`` raises ``NotWiredError`` instead of faking it.
+takes an optional ``Extender`` with exactly those three calls, synchronous and on node names
+like the extender's own decision code (filter and prioritize of a pod over candidate names at a
+given time). The ``carico`` scheduler is ``KubeScheduler(extender=<an adapter over the extender's
+decision code and reservation ledger, binding through its --no-kube in-memory cluster>)`` fed by
+agents whose telemetry source reads ``Cluster.telemetry``. That wiring needs the agent and the
+extender, which are not part of this package, so ``make_scheduler("carico")`` raises
+``NotWiredError`` instead of faking it.
 """
 
 from __future__ import annotations

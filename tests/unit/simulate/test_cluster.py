@@ -218,3 +218,20 @@ def test_pod_arrays_grow_beyond_initial_capacity(quiet: ModelParams, make_cluste
     pods = [c.add_pod(cpu_pod(work=1.0)) for _ in range(300)]
     assert pods == list(range(300))
     assert np.all(c.phase[:300] == PENDING) and math.isnan(c.bound_at[299])
+
+
+def test_memory_telemetry_and_pressure_proxy(quiet: ModelParams, make_cluster) -> None:  # type: ignore[no-untyped-def]
+    node = dataclasses.replace(quiet.node, memory=1000 * MI)
+    c = make_cluster(dataclasses.replace(quiet, node=node))
+    first = c.add_pod(cpu_pod(work=100.0, memory=500 * MI))
+    start_now(c, [first])
+    c.step()
+    t = c.telemetry(0)
+    assert t.mem_used == pytest.approx(0.5) and t.psi_mem_some == 0.0
+    second = c.add_pod(cpu_pod(work=100.0, memory=450 * MI))
+    start_now(c, [second])
+    c.step()
+    # 95 % used: half-way into the last 10 % where the reclaim-stall proxy rises from 0 to 1.
+    t = c.telemetry(0)
+    assert t.mem_used == pytest.approx(0.95) and t.psi_mem_some == pytest.approx(0.5)
+    assert c.oom_kills == 0
