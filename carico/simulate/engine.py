@@ -144,7 +144,6 @@ def run_case(
     for job in controller.jobs:
         pods = np.asarray(job.pods, dtype=np.int64)
         times = cluster.exited_at[pods] - cluster.bound_at[pods] if len(pods) else np.array([])
-        done = job.complete_at is not None
         jobs.append(
             JobResult(
                 job.name,
@@ -153,7 +152,6 @@ def run_case(
                 distribution(times),
             )
         )
-        del done
     finished = controller.done
     total = max((j.completion_s for j in jobs), default=float("nan")) if finished else np.nan
     latency = {}
