@@ -13,7 +13,7 @@ from typing import Any
 import kubernetes
 import pytest
 from e2e_controlplane import ControlPlane, wait_for
-from fake_kubelet import RUN_SECONDS_ANNOTATION, FakeKubelet, PodCountsRecorder
+from fake_kubelet import RUN_SECONDS_ANNOTATION, FakeKubelet, NodeSpec, PodCountsRecorder
 
 from carico.schedconfig import CARICO_PROFILE, DEFAULT_PROFILE
 
@@ -201,3 +201,47 @@ def test_deployment_scales_through_the_controller_manager(
         )
         assert sum(1 for _ in _deployment_pods(core, namespace)) == replicas
     assert fake_kubelet.errors == []
+
+
+def test_nodes_are_ready_with_capacity_and_leases(
+    api_client: kubernetes.client.ApiClient, fake_kubelet: FakeKubelet
+) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    leases = kubernetes.client.CoordinationV1Api(api_client)
+    for name, spec in fake_kubelet.nodes.items():
+        node = core.read_node(name)
+        assert node.status.allocatable == {
+            "cpu": spec.cpu,
+            "memory": spec.memory,
+            "pods": str(spec.pods),
+        }
+        assert node.status.capacity == node.status.allocatable
+        # The node lifecycle controller lifted the not-ready taint: it saw the node Ready.
+        assert fake_kubelet.node_ready(name)
+        lease = leases.read_namespaced_lease(name, "kube-node-lease")
+        assert lease.spec.holder_identity == name
+        assert [(o.kind, o.name) for o in lease.metadata.owner_references] == [("Node", name)]
+
+
+def test_heartbeats_renew_the_lease(control_plane: ControlPlane) -> None:
+    client = control_plane.api_client()
+    leases = kubernetes.client.CoordinationV1Api(client)
+    kubelet = FakeKubelet(client, [NodeSpec("e2e-heartbeat-node")], heartbeat_s=0.2)
+    kubelet.start()
+    try:
+        first = leases.read_namespaced_lease(
+            "e2e-heartbeat-node", "kube-node-lease"
+        ).spec.renew_time
+        wait_for(
+            lambda: (
+                leases.read_namespaced_lease(
+                    "e2e-heartbeat-node", "kube-node-lease"
+                ).spec.renew_time
+                > first
+            ),
+            30,
+            "a renewed lease",
+        )
+    finally:
+        kubelet.stop(delete_nodes=True)
+    assert kubelet.errors == []
