@@ -103,7 +103,9 @@ def _die_with_parent() -> None:
     """Runs in the child between fork and exec: the kernel SIGKILLs it if pytest dies.
 
     Only a foreign call happens here (no imports, no locks), which keeps preexec_fn safe enough
-    with the fake kubelet's threads running in the parent.
+    with the fake kubelet's threads running in the parent. The signal follows the *thread* that
+    started the process, so start control planes from a thread that outlives them (the main
+    thread, as pytest fixtures do).
     """
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 

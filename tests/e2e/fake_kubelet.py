@@ -162,7 +162,8 @@ class FakeKubelet:
         self.lease_duration_s = lease_duration_s
         self.clock = clock
         self._pods: dict[str, _Pod] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a PodTiming may call pod_counts() while the kubelet holds the lock.
+        self._lock = threading.RLock()
         self._timers: list[tuple[float, int, str, str]] = []  # (due, seq, action, uid)
         self._seq = itertools.count()
         self._wake = threading.Condition(self._lock)

@@ -100,16 +100,18 @@ def test_run_time_annotation_completes_the_pod(
     api_client: kubernetes.client.ApiClient, fake_kubelet: FakeKubelet, namespace: str
 ) -> None:
     core = kubernetes.client.CoreV1Api(api_client)
-    core.create_namespaced_pod(
+    created = core.create_namespaced_pod(
         namespace, _pod("batch", annotations={RUN_SECONDS_ANNOTATION: "1.5"})
     )
-    # Every update is a watch event, so the phases seen here are every phase the pod had.
-    phases: list[str] = []
+    # Watching from the creation's resourceVersion delivers every later update as an event, so
+    # the phases seen here are every phase the pod had, however late the watch starts.
+    phases: list[str] = [created.status.phase]
     watch = kubernetes.watch.Watch()
     for event in watch.stream(
         core.list_namespaced_pod,
         namespace,
         field_selector="metadata.name=batch",
+        resource_version=created.metadata.resource_version,
         timeout_seconds=POD_TIMEOUT_S,
     ):
         phase = event["object"].status.phase
