@@ -61,16 +61,24 @@ echo "e2e-bin: building Kubernetes $kube_version and etcd into $out" >&2
 # Static binaries without cgo, trimmed paths, stripped: as kube's release build does them.
 # One `go build` for the three kube commands so shared packages compile once; -p follows
 # GOFLAGS or defaults to the number of CPUs.
-(cd "$here/kube" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+# -buildvcs=false: the main modules here are only wrappers; their checkout says nothing.
+(cd "$here/kube" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler)
-(cd "$here/etcd" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$tmp/etcd" go.etcd.io/etcd/server/v3)
+(cd "$here/etcd" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$tmp/etcd" \
+  go.etcd.io/etcd/server/v3)
 
 "$tmp/kube-apiserver" --version >&2
 "$tmp/etcd" --version | head -n1 >&2
 rm -rf "$out"
 mv "$tmp" "$out"
 touch "$out/.complete"
+# Binaries of earlier pins are ~300 MB each and never used again by this tree: drop them
+# (only finished builds; another build's temporary directory is left alone).
+for old in "$repo"/.cache/e2e-bin/*; do
+  name=${old##*/}
+  [[ $name =~ ^[0-9a-f]{16}$ && $name != "$key" ]] && rm -rf "$old"
+done
 echo "e2e-bin: built in $((SECONDS - start)) s" >&2
 echo "$out"
