@@ -27,6 +27,10 @@ FAKE_NODES = tuple(
 )
 
 
+NODE_GRACE_S = 20.0
+HEARTBEAT_S = 2.0
+
+
 @pytest.fixture(scope="session")
 def e2e_bin() -> Path:
     try:
@@ -39,7 +43,11 @@ def e2e_bin() -> Path:
 def control_plane(
     tmp_path_factory: pytest.TempPathFactory, e2e_bin: Path
 ) -> Iterator[ControlPlane]:
-    cp = ControlPlane(tmp_path_factory.mktemp("controlplane"), e2e_bin)
+    # A node is declared Unknown 20 s after its last heartbeat (kube's default is 50 s), so that
+    # tests of silent nodes stay short; the fake kubelet beats every 2 s, a 10x margin.
+    cp = ControlPlane(
+        tmp_path_factory.mktemp("controlplane"), e2e_bin, node_monitor_grace_s=NODE_GRACE_S
+    )
     try:
         cp.start()
     except ControlPlaneError as exc:
@@ -71,6 +79,7 @@ def fake_kubelet(
         FAKE_NODES,
         timing=AnnotationTiming(startup_delay_s=0.5),
         on_pod_counts=pod_counts_hook,
+        heartbeat_s=HEARTBEAT_S,
     )
     kubelet.start()
     try:

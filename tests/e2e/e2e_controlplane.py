@@ -195,11 +195,15 @@ class ControlPlane:
         *,
         extenders: Sequence[schedconfig.ExtenderConfig] = (),
         controllers: str = "*",
+        node_monitor_grace_s: float | None = None,
         verbosity: int = 1,
     ) -> None:
+        """``node_monitor_grace_s``: how long a node may go without a heartbeat before the node
+        lifecycle controller marks it Unknown (None keeps kube-controller-manager's default)."""
         self.workdir = workdir
         self.bin_dir = bin_dir if bin_dir is not None else locate_binaries()
         self.controllers = controllers
+        self.node_monitor_grace_s = node_monitor_grace_s
         self.verbosity = verbosity
         self.extenders = tuple(extenders)
         self.log_dir = workdir / "logs"
@@ -335,6 +339,11 @@ class ControlPlane:
                 f"--cert-dir={self.workdir / 'kcm-certs'}",
                 "--leader-elect=false",
                 f"--controllers={self.controllers}",
+                *(
+                    [f"--node-monitor-grace-period={self.node_monitor_grace_s:g}s"]
+                    if self.node_monitor_grace_s is not None
+                    else []
+                ),
                 f"--service-account-private-key-file={self.certs.sa_key}",
                 f"--root-ca-file={self.certs.ca_crt}",
                 f"--kube-api-qps={CLIENT_QPS:g}",

@@ -247,3 +247,26 @@ def test_heartbeats_renew_the_lease(control_plane: ControlPlane) -> None:
     finally:
         kubelet.stop(delete_nodes=True)
     assert kubelet.errors == []
+
+
+def _ready_status(core: kubernetes.client.CoreV1Api, name: str) -> str | None:
+    conditions = core.read_node(name).status.conditions or []
+    return next((c.status for c in conditions if c.type == "Ready"), None)
+
+
+def test_leases_are_what_keeps_nodes_ready(
+    control_plane: ControlPlane, api_client: kubernetes.client.ApiClient, fake_kubelet: FakeKubelet
+) -> None:
+    """A node whose heartbeats stop goes Unknown after the grace period; the session's nodes,
+    whose status was written once at registration (before this node's), stay Ready, so their
+    leases alone keep them Ready."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    silent = FakeKubelet(control_plane.api_client(), [NodeSpec("e2e-silent-node")], heartbeat_s=2)
+    silent.start()
+    try:
+        silent.stop()  # heartbeats end; the Node object stays
+        # Bound: grace period (20 s in conftest) + monitor period (5 s) + a loaded machine.
+        wait_for(lambda: _ready_status(core, "e2e-silent-node") == "Unknown", 120, "Unknown")
+        assert all(fake_kubelet.node_ready(n) for n in fake_kubelet.nodes)
+    finally:
+        silent.stop(delete_nodes=True)
