@@ -209,6 +209,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # standalone output piped into a reader that quit (| head)
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _run(args: argparse.Namespace) -> int:

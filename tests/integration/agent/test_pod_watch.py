@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 from kubernetes import client
 
 from agent.kube_watch import PodWatcher
@@ -12,6 +13,7 @@ from .conftest import wait_for
 from .fake_apiserver import FakeApiServer, pod
 
 
+@pytest.mark.slow  # a real HTTP watch thread; several seconds on a loaded machine
 async def test_watch_counts_workload_pods_and_relists_after_410() -> None:
     server = FakeApiServer()
     await server.start()

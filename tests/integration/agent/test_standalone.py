@@ -47,6 +47,7 @@ def test_standalone_prints_one_json_report_per_second() -> None:
     assert timestamps == sorted(timestamps)
 
 
+@pytest.mark.slow  # five interpreter start-ups
 def test_standalone_refuses_servers_and_bad_flags() -> None:
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
