@@ -126,14 +126,21 @@ def parse_meminfo_head(data: bytes) -> tuple[int, int] | None:
     for line in data.split(b"\n"):
         key, _, rest = line.partition(b":")
         if key == b"MemTotal":
-            total = int(rest.split()[0])
+            total = _kb(rest)
         elif key == b"MemAvailable":
             if total is None:
                 raise ValueError("MemAvailable before MemTotal")
-            return total, int(rest.split()[0])
+            return total, _kb(rest)
     if total is None:
         raise ValueError("no MemTotal line")
     return None
+
+
+def _kb(rest: bytes) -> int:
+    fields = rest.split()
+    if not fields or not fields[0].isdigit():
+        raise ValueError(f"bad meminfo value {rest[:30]!r}")
+    return int(fields[0])
 
 
 def memory_used(total_bytes: float, available_bytes: float) -> float | None:
