@@ -95,6 +95,27 @@ class CpuTimes:
         return self.busy + self.idle + self.iowait
 
 
+def parse_cpu_line(data: bytes) -> CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat`` (USER_HZ ticks; only ratios are used).
+
+    Fields after ``idle`` appeared over time (iowait, irq, softirq 2.6; steal 2.6.11); missing ones
+    count 0. guest and guest_nice are ignored: they are already inside user and nice.
+
+    >>> t = parse_cpu_line(b"cpu  10 1 5 80 4 0 2 3 7 0\\ncpu0 5 0 2 40 2 0 1 1 3 0\\n")
+    >>> t.busy, t.total  # user+nice+system+irq+softirq+steal; + idle + iowait
+    (21.0, 105.0)
+    """
+    line = data.split(b"\n", 1)[0]
+    fields = line.split()
+    if len(fields) < 5 or fields[0] != b"cpu":
+        raise ValueError(f"not the aggregate cpu line: {line[:40]!r}")
+    values = [float(f) for f in fields[1:9]]
+    if any(not (v >= 0 and math.isfinite(v)) for v in values):
+        raise ValueError(f"bad cpu counters: {line[:60]!r}")
+    values += [0.0] * (8 - len(values))
+    return CpuTimes(*values)
+
+
 def cpu_utilisation(prev: CpuTimes, cur: CpuTimes) -> float | None:
     """Δbusy/Δtotal over the interval, clipped to [0,1]; None when the counters give no answer.
 

@@ -11,8 +11,9 @@ import psutil
 import pytest
 
 from agent.proc_source import ProcSource, procfs_root, read_bytes
+from agent.telemetry import parse_cpu_line
 
-from .conftest import FakeProc
+from .conftest import FIXTURES, FakeProc
 
 
 def test_features_follow_the_design_formulas(fake_proc: FakeProc) -> None:
@@ -161,3 +162,15 @@ def test_the_real_proc_gives_features_in_range() -> None:
     # cpu may be NaN: two immediate reads can fall within one USER_HZ tick.
     assert all(math.isnan(v) or 0.0 <= v <= 1.0 for v in s.features)
     assert 0.0 < s.features[1] < 1.0  # a running machine uses some memory, not all of it
+
+
+def test_stat_parser_agrees_with_psutil(fake_proc: FakeProc) -> None:
+    fake_proc.set_cpu(123, 4, 56, 7890, iowait=12, irq=3, softirq=9, steal=2, guest=50)
+    ours = parse_cpu_line((fake_proc.root / "stat").read_bytes())
+    with procfs_root(str(fake_proc.root)):
+        theirs = psutil.cpu_times()  # seconds: ticks / USER_HZ
+    hz = os.sysconf("SC_CLK_TCK")
+    for name in ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"):
+        assert getattr(ours, name) == pytest.approx(getattr(theirs, name) * hz), name
+    real = parse_cpu_line((FIXTURES / "stat_head").read_bytes())
+    assert real.user == 101216 and real.steal == 400
