@@ -165,3 +165,32 @@ async def test_metrics_and_health_endpoints() -> None:
     # Every metric family appears once (no two collectors' names collide).
     types = [ln.split()[2] for ln in text.splitlines() if ln.startswith("# TYPE")]
     assert len(types) == len(set(types))
+
+
+class HangingAggregator(aggregator_pb2_grpc.AggregatorServicer):
+    """Accepts the call and never answers (a wedged server)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def Exchange(self, request: object, context: object) -> object:
+        self.calls += 1
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+async def test_a_hanging_aggregator_never_stalls_sampling() -> None:
+    hanging = HangingAggregator()
+    server = Server(lambda s: aggregator_pb2_grpc.add_AggregatorServicer_to_server(hanging, s))
+    await server.start()
+    try:
+        service = make_service(aggregator=server.target)
+        async with running(service):
+            await wait_for(lambda: service.exchange is not None and service.exchange.errors >= 2)
+            # Each call waited for its 1 s timeout; reports kept coming all along.
+            assert hanging.calls >= 2
+            reports = service.reports
+            await wait_for(lambda: service.reports >= reports + 5)
+            assert service.pipeline.global_view is None
+    finally:
+        await server.stop()
