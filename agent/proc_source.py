@@ -18,10 +18,11 @@ call time. Changing it for the whole process would surprise any other psutil use
 (and two sources with different roots, as in the tests, would race), so each read swaps it in and
 back out under a lock: :func:`procfs_root`. The swap costs two attribute assignments.
 
-Failure handling: PSI absent (``ENOENT``: the kernel was built or booted without it) or disabled
-(``EOPNOTSUPP``, errno 95: older kernels booted with ``psi=0``) switches the source to utilisation
-only, logged once and reported in every sample's ``psi_available``. Any other unreadable or
-malformed file marks the sample missing (NaN features) and never raises.
+Failure handling: PSI absent (``ENOENT``: the kernel was built or booted without it), disabled
+(``EOPNOTSUPP``, errno 95: older kernels booted with ``psi=0``) or forbidden (``EACCES``) switches
+the source to utilisation only, logged once and reported in every sample's ``psi_available``. Any
+other unreadable or malformed file marks the sample missing (NaN features) and never raises; PSI
+files that stay unreadable for ``PSI_GIVE_UP`` samples in a row are given up the same way.
 """
 
 from __future__ import annotations
@@ -53,10 +54,14 @@ from agent.telemetry import (
 log = logging.getLogger(__name__)
 
 _PSUTIL_LOCK = threading.Lock()
-# What psutil's parsers raise on a truncated or garbled file (a short /proc/stat line gives a
-# TypeError from the named tuple, a meminfo without MemTotal a KeyError).
+# What the parsers (psutil's included) raise on a truncated or garbled file (psutil: a meminfo
+# without MemTotal gives a KeyError).
 _PARSE_ERRORS = (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError)
-_PSI_OFF_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP}
+# Absent (ENOENT), disabled (EOPNOTSUPP) or forbidden to this container (EACCES, EPERM): PSI is
+# unusable for good, not for one sample.
+_PSI_OFF_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM}
+# Consecutive failed pressure reads (5 s at 10 Hz) after which PSI is given up.
+PSI_GIVE_UP = 50
 
 
 @contextlib.contextmanager
@@ -102,7 +107,8 @@ class ProcFiles:
                 os.close(fd)
 
     def __del__(self) -> None:
-        self.close()
+        with contextlib.suppress(Exception):  # at interpreter exit os may already be gone
+            self.close()
 
 
 class ProcSource:
@@ -121,6 +127,7 @@ class ProcSource:
         needed |= {res for res in ("memory", "io") if f"{res}_pressure" in features}
         self._psi_resources = tuple(sorted(needed))
         self._psi_available = True
+        self._psi_failures = 0
         self._warned: set[str] = set()
         self._prev_cpu: CpuTimes | None = None
         self._prev_psi: dict[str, tuple[float, int]] = {}
@@ -165,26 +172,33 @@ class ProcSource:
             problems.append("meminfo: MemTotal is not positive")
         return used
 
+    def _psi_off(self, reason: str) -> None:
+        self._psi_available = False
+        self._warn_once(
+            "psi-off",
+            "pressure stall information unusable (%s); falling back to CPU utilisation alone",
+            reason,
+        )
+
     def _psi(self, resource: str, problems: list[str]) -> PsiTotals | None:
         path = f"{self._root}/pressure/{resource}"
         try:
-            text = self._reader(path).decode("ascii")
-            return parse_psi(text)
+            totals = parse_psi(self._reader(path).decode("ascii"))
+            self._psi_failures = 0
+            return totals
         except OSError as exc:
             if exc.errno in _PSI_OFF_ERRNOS:
-                self._psi_available = False
-                self._warn_once(
-                    "psi-off",
-                    "pressure stall information unavailable (%s: %s); "
-                    "falling back to CPU utilisation alone",
-                    path,
-                    exc.strerror or exc,
-                )
+                self._psi_off(f"{path}: {exc.strerror or exc}")
                 return None
             problems.append(f"pressure/{resource}: {exc!r}")
         except (UnicodeDecodeError, PsiParseError) as exc:
             problems.append(f"pressure/{resource}: {exc}")
         self._warn_once(f"psi-{resource}", "malformed %s: %s", path, problems[-1])
+        self._psi_failures += 1
+        if self._psi_failures >= PSI_GIVE_UP:
+            # Never a single good read in a row of this many: a format this parser does not know
+            # or a file that stays broken. Without PSI the cpu feature still works.
+            self._psi_off(f"{PSI_GIVE_UP} consecutive unreadable pressure files")
         return None
 
     # -- the sample ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 import psutil
 import pytest
 
-from agent.proc_source import ProcSource, procfs_root, read_bytes
+from agent.proc_source import PSI_GIVE_UP, ProcSource, procfs_root, read_bytes
 from agent.telemetry import parse_cpu_line
 
 from .conftest import FIXTURES, FakeProc
@@ -55,7 +55,7 @@ def test_psi_absent_falls_back_to_utilisation_and_logs_once(
     assert not s.psi_available and not s.missing
     assert s.features[0] == pytest.approx(0.75)  # utilisation alone
     assert s.features[2] == 0.0  # no PSI: no evidence of io stall
-    assert sum("pressure stall information unavailable" in r.message for r in caplog.records) == 1
+    assert sum("pressure stall information unusable" in r.message for r in caplog.records) == 1
 
 
 def test_psi_disabled_eopnotsupp_falls_back(fake_proc: FakeProc) -> None:
@@ -87,6 +87,28 @@ def test_malformed_psi_marks_the_sample_missing(fake_proc: FakeProc, broken: str
     good = src.read(0.2)
     assert not good.missing
     assert good.features[0] == pytest.approx((150 / 200 + 20_000 / 200_000) / 2)
+
+
+def test_psi_that_stays_broken_is_given_up(fake_proc: FakeProc) -> None:
+    src = ProcSource(str(fake_proc.root))
+    src.read(0.0)
+    fake_proc.write("pressure/cpu", "some format from the future\n")
+    samples = [src.read(0.1 * i) for i in range(1, PSI_GIVE_UP + 1)]
+    assert all(s.missing and s.psi_available for s in samples[:-1])
+    fake_proc.set_cpu(1100, 0, 550, 8050)
+    last = src.read(0.1 * (PSI_GIVE_UP + 1))
+    assert not last.psi_available and not last.missing
+    assert last.features[0] == pytest.approx(0.75)  # utilisation alone
+
+
+def test_forbidden_psi_falls_back(fake_proc: FakeProc) -> None:
+    def reader(path: str) -> bytes:
+        if "/pressure/" in path:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return read_bytes(path)
+
+    src = ProcSource(str(fake_proc.root), reader=reader)
+    assert not src.read(0.0).psi_available
 
 
 def test_cpu_file_without_full_line_is_fine(fake_proc: FakeProc) -> None:
