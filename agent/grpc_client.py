@@ -67,13 +67,16 @@ class ExchangeClient:
         self.exchanges = 0
         self.errors = 0
         self.connected = False
+        self.waiting_for_model = False
         self.last_delay = 0.0
 
     async def exchange_once(self, channel: grpc.aio.Channel) -> bool:
         """One exchange; True on success (raises nothing)."""
         message = self._build()
-        if message is None:  # no local model yet
+        if message is None:  # no local model yet: try again soon, not a whole interval later
+            self.waiting_for_model = True
             return True
+        self.waiting_for_model = False
         stub = aggregator_pb2_grpc.AggregatorStub(channel)
         try:
             reply = await stub.Exchange(message, timeout=self.timeout)
@@ -97,7 +100,9 @@ class ExchangeClient:
             while True:
                 if await self.exchange_once(channel):
                     self.backoff.reset()
-                    delay = self.interval
+                    # At start the first model comes after one batch; the fleet prior it brings
+                    # back is most useful then.
+                    delay = min(self.interval, 0.5) if self.waiting_for_model else self.interval
                 else:
                     await channel.close()
                     channel = open_channel(self.target, self._credentials, self.backoff.maximum)
