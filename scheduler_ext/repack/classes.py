@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from scheduler_ext.repack.eligibility import eligible
 from scheduler_ext.repack.snapshot import Pod, Snapshot
@@ -30,15 +31,15 @@ class PodClass:
     running: tuple[tuple[str, ...], ...]  # per node: keys of the class's pods there, sorted
     pending: tuple[str, ...]  # keys of pending pods, sorted
 
-    @property
+    @cached_property
     def current(self) -> tuple[int, ...]:
         return tuple(len(p) for p in self.running)
 
-    @property
+    @cached_property
     def n_running(self) -> int:
         return sum(len(p) for p in self.running)
 
-    @property
+    @cached_property
     def total(self) -> int:
         return self.n_running + len(self.pending)
 

@@ -59,6 +59,7 @@ class PhaseReport:
     value: int  # placed pods (place) or disruption cost (disrupt) at priority >= tier
     bound: int  # the solver's proven bound on that value
     skipped: bool = False  # proven without a solve (the hint already met the bound)
+    lexicographic: bool = False  # place phase proven with disruption as its tie-break
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,15 @@ from ortools.sat.python import cp_model
 
 from scheduler_ext.repack import checker
 from scheduler_ext.repack.classes import (
+    EVICT_COST,
     Assignment,
     Problem,
     build_problem,
     current_assignment,
     disruption,
-    feasible,
-    greedy_complete,
     pods_for,
 )
+from scheduler_ext.repack.heuristics import best_start, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
 from scheduler_ext.repack.plan import (
     Eviction,
@@ -58,6 +58,9 @@ class SolveOptions:
     workers: int = 0  # CP-SAT search workers; 0 = every core
     seed: int = 0
     symmetry: bool = True  # order identical nodes where that is valid (classes only)
+    # place phases also minimise disruption as a tie-break (proves both at once, but the proof of
+    # the placed count alone is often much faster without it)
+    tie_break: bool = False
 
     def __post_init__(self) -> None:
         if self.formulation not in FORMULATIONS:
@@ -79,6 +82,11 @@ def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
         list(row) if cls.priority >= p else [0] * len(row)
         for row, cls in zip(x, problem.classes, strict=True)
     ]
+
+
+def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
+    """Lexicographic value of x at tier p: placed, then less disruption."""
+    return _placed(problem, x, p), -_disruption(problem, x, p)
 
 
 class _Phases:
@@ -136,11 +144,15 @@ class _Phases:
             and not fixes
         )
         pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        objective = pm.placed_ge(tier) if maximise else pm.disruption_ge(tier)
-        if maximise:
-            pm.model.maximize(objective)
+        # placed first, disruption as tie-break: placed weighs more than the largest disruption
+        weight = 1 + EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
+        if maximise and self.options.tie_break:
+            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
+        elif maximise:
+            weight = 1
+            pm.model.maximize(pm.placed_ge(tier))
         else:
-            pm.model.minimize(objective)
+            pm.model.minimize(pm.disruption_ge(tier))
         pm.hint(hint)
         solver = cp_model.CpSolver()
         # the model build counts against the phase's time
@@ -148,21 +160,27 @@ class _Phases:
         solver.parameters.num_workers = self.options.workers
         solver.parameters.random_seed = self.options.seed
         status = solver.solve(pm.model)
-        best = incumbent
-        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            found = pm.read(solver)
-            if best is None or (
-                value(found) > value(best) if maximise else value(found) < value(best)
-            ):
-                best = found
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
-        proven_bound = int(round(solver.best_objective_bound)) if best is not None else bound
+        best = incumbent
+        found = pm.read(solver) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
+        if found is not None and (
+            best is None or _key(problem, found, tier) > _key(problem, best, tier)
+        ):
+            best = found
+        raw_bound = int(round(solver.best_objective_bound)) if found is not None else None
+        if raw_bound is None:
+            proven_bound = bound
+        elif maximise:
+            # placed <= (bound + disruption) / weight and disruption < weight
+            proven_bound = min(bound, (raw_bound + weight - 1) // weight)
+        else:
+            proven_bound = max(bound, raw_bound)
         if best is None:
             self._report(tier, phase, "UNKNOWN", started, 0, proven_bound, False)
             return None, 0, False
-        optimal = status == cp_model.OPTIMAL and value(best) == int(round(solver.objective_value))
+        optimal = status == cp_model.OPTIMAL or value(best) == proven_bound
         self._report(
             tier,
             phase,
@@ -171,6 +189,7 @@ class _Phases:
             value(best),
             proven_bound,
             False,
+            lexicographic=maximise and weight > 1 and status == cp_model.OPTIMAL and best is found,
         )
         return best, value(best), optimal
 
@@ -183,9 +202,12 @@ class _Phases:
         value: int,
         bound: int,
         skipped: bool,
+        lexicographic: bool = False,
     ) -> None:
         self.reports.append(
-            PhaseReport(tier, phase, status, self.clock() - started, value, bound, skipped)
+            PhaseReport(
+                tier, phase, status, self.clock() - started, value, bound, skipped, lexicographic
+            )
         )
 
 
@@ -210,8 +232,8 @@ def solve(
     for p in problem.tiers:
         active = [c for c, cls in enumerate(problem.classes) if cls.priority >= p]
         new = [c for c, cls in enumerate(problem.classes) if cls.priority == p]
-        start_x = greedy_complete(problem, _restrict(problem, x, p + 1), new)
-        incumbent = start_x if feasible(problem, start_x, active) else None
+        start_x, ok = best_start(problem, _restrict(problem, x, p + 1), p)
+        incumbent = start_x if ok else None
         # place: at most every pod at priority >= p, or what was fixed above plus this tier
         bound = sum(problem.classes[c].total for c in active)
         placed_fixes = [f for f in fixes if f.kind == "placed"]
@@ -222,9 +244,15 @@ def solve(
             return finish(_failure(phases), False, "no placement found in time", phases.reports)
         fixes.append(Fix("placed", p, "==" if optimal else ">=", value))
         all_optimal &= optimal
-        # disrupt: never less than the disruption already fixed for the tiers above
+        # disrupt: never less than the disruption already fixed for the tiers above; a proven
+        # place phase also proved the disruption (its objective breaks ties by disruption)
         dis_fixes = [f for f in fixes if f.kind == "disruption"]
         floor = dis_fixes[-1].value if dis_fixes and dis_fixes[-1].op == "==" else 0
+        if optimal and phases.reports[-1].lexicographic:
+            floor = _disruption(problem, best, p)
+        repaired = repair(problem, best, active)
+        if repaired is not None and _key(problem, repaired, p) > _key(problem, best, p):
+            best = repaired
         best, value, optimal = phases.run(p, "disrupt", fixes, best, best, floor)
         if best is None:
             return finish(_failure(phases), False, "no placement found in time", phases.reports)
