@@ -13,7 +13,8 @@ All of them only ever return assignments that ``classes.feasible`` accepts. Pure
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from itertools import combinations
 
 from scheduler_ext.repack.classes import (
@@ -58,8 +59,16 @@ class _State:
             self.load[n][r] += sign * need
 
 
-def make_room(problem: Problem, x: Assignment, active: Sequence[int], tier: int) -> Assignment:
-    """Place unplaced pods of ``tier`` by moving at most two pods of the same tier each."""
+def make_room(
+    problem: Problem,
+    x: Assignment,
+    active: Sequence[int],
+    tier: int,
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> Assignment:
+    """Place unplaced pods of ``tier`` by moving at most two pods of the same tier each;
+    stops trying new pods once ``clock()`` passes ``until``."""
     st = _State(problem, x)
     size = _sizes(problem, active)
     nodes = range(len(problem.node_names))
@@ -68,7 +77,7 @@ def make_room(problem: Problem, x: Assignment, active: Sequence[int], tier: int)
     )
     movable = [c for c in active if problem.classes[c].priority == tier]
     for c in order:
-        while sum(st.x[c]) < problem.classes[c].total:
+        while sum(st.x[c]) < problem.classes[c].total and clock() < until:
             if not _place_one(st, c, nodes, movable):
                 break
     return st.x if feasible(problem, st.x, active) else x
@@ -150,7 +159,13 @@ def tier_value(problem: Problem, x: Assignment, tier: int) -> tuple[int, int]:
     return placed, -dis
 
 
-def best_start(problem: Problem, higher: Assignment, tier: int) -> tuple[Assignment, bool]:
+def best_start(
+    problem: Problem,
+    higher: Assignment,
+    tier: int,
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> tuple[Assignment, bool]:
     """The best starting assignment for ``tier`` given the settled higher tiers ``higher``;
     the flag says whether it is feasible (it always is unless PDB budgets get in the way)."""
     active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
@@ -158,7 +173,7 @@ def best_start(problem: Problem, higher: Assignment, tier: int) -> tuple[Assignm
     kept = greedy_complete(problem, higher, new)
     candidates = [kept]
     if feasible(problem, kept, active):
-        candidates.append(make_room(problem, kept, active, tier))
+        candidates.append(make_room(problem, kept, active, tier, until, clock))
     for best_fit in (False, True):
         candidates.append(pack_from_scratch(problem, higher, active, tier, best_fit))
     ok = [x for x in candidates if feasible(problem, x, active)]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack import checker
+from scheduler_ext.repack.bounds import placement_bound
 from scheduler_ext.repack.classes import (
     EVICT_COST,
     Assignment,
@@ -49,6 +50,9 @@ from scheduler_ext.repack.sequencing import SequencingError, sequence
 from scheduler_ext.repack.snapshot import Snapshot
 
 Clock = Callable[[], float]
+# at most this share of a place phase's time goes to the pattern-LP bound
+BOUND_SHARE = 0.3
+HEURISTIC_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class SolveOptions:
     # place phases also minimise disruption as a tie-break (proves both at once, but the proof of
     # the placed count alone is often much faster without it)
     tie_break: bool = False
+    bounds: bool = True  # pattern-LP upper bounds for the place phases (classes only)
 
     def __post_init__(self) -> None:
         if self.formulation not in FORMULATIONS:
@@ -128,6 +133,20 @@ class _Phases:
 
         started = self.clock()
         seconds = self.allot()
+        use_patterns = (
+            maximise
+            and self.options.bounds
+            and self.options.formulation == "classes"
+            and (incumbent is None or value(incumbent) < bound)
+        )
+        if use_patterns:
+            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            starts = [x for x in (incumbent, hint) if x is not None]
+            pattern_bound = placement_bound(
+                problem, tier, floors, starts, BOUND_SHARE * seconds, self.clock
+            )
+            if pattern_bound is not None:
+                bound = min(bound, pattern_bound)
         if incumbent is not None and value(incumbent) == bound:
             self._report(tier, phase, "OPTIMAL", started, value(incumbent), bound, True)
             return incumbent, value(incumbent), True
@@ -144,6 +163,8 @@ class _Phases:
             and not fixes
         )
         pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+        if maximise and self.options.formulation == "classes":
+            pm.model.add(pm.placed_ge(tier) <= bound)  # the proven bound as a cut
         # placed first, disruption as tie-break: placed weighs more than the largest disruption
         weight = 1 + EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
         if maximise and self.options.tie_break:
@@ -232,7 +253,9 @@ def solve(
     for p in problem.tiers:
         active = [c for c, cls in enumerate(problem.classes) if cls.priority >= p]
         new = [c for c, cls in enumerate(problem.classes) if cls.priority == p]
-        start_x, ok = best_start(problem, _restrict(problem, x, p + 1), p)
+        # the starting heuristics get at most a quarter of what is left
+        until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
+        start_x, ok = best_start(problem, _restrict(problem, x, p + 1), p, until, clock)
         incumbent = start_x if ok else None
         # place: at most every pod at priority >= p, or what was fixed above plus this tier
         bound = sum(problem.classes[c].total for c in active)

@@ -1,0 +1,207 @@
+"""An upper bound on the pods a tier can place: the pattern (configuration) LP.
+
+Computed by column generation.
+
+Nodes with the same free capacity and the same eligible classes form a group. A *pattern* is a
+set of pod counts that fits one node of a group. The LP chooses how many nodes of each group use
+each pattern (fractionally) to maximise placed pods at priority >= p, subject to the placed counts
+settled for the higher tiers; disruption limits are dropped, which only loosens the bound. Columns
+are priced by a small integer knapsack per group (CP-SAT with objective coefficients rounded up,
+so its bound over-estimates the true reduced cost), and the Lagrangian (Farley) bound
+LP + sum over groups of nodes x max reduced cost stays valid even when time runs out before the
+column generation converges. This LP is far stronger than the per-node capacity rows for
+bin-packing-like problems, which is what lets the place phases be proven optimal quickly.
+Pure: the clock is a parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
+
+from scheduler_ext.repack.classes import Assignment, Problem
+
+PRICE_SCALE = 10_000
+
+
+GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
+
+
+def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
+    groups: dict[GroupKey, list[int]] = {}
+    for n in range(len(problem.node_names)):
+        if problem.overloaded[n]:
+            return None
+        elig = tuple(n in problem.classes[c].eligible for c in active)
+        for c in active:  # pods that may only stay where they are: not handled by patterns
+            if problem.classes[c].current[n] and n not in problem.classes[c].eligible:
+                return None
+        groups.setdefault((problem.capacity[n], elig), []).append(n)
+    return groups
+
+
+def _price(
+    problem: Problem,
+    members: Sequence[int],
+    cap: Sequence[int],
+    duals: dict[int, float],
+    seconds: float,
+) -> tuple[dict[int, int] | None, float]:
+    """Best pattern for the duals (or None) and an upper bound on its dual value."""
+    m = cp_model.CpModel()
+    a = {}
+    most: dict[int, int] = {}
+    for c in members:
+        req = problem.classes[c].requests
+        ub = min(
+            [problem.classes[c].total] + [max(0, cap[r]) // q for r, q in enumerate(req) if q > 0]
+        )
+        if ub > 0 and duals.get(c, 0.0) > 1e-12:
+            a[c] = m.new_int_var(0, ub, f"a{c}")
+            most[c] = ub
+    if not a:
+        return None, 0.0
+    for r in range(len(problem.resources)):
+        terms = [
+            problem.classes[c].requests[r] * v
+            for c, v in a.items()
+            if problem.classes[c].requests[r]
+        ]
+        if terms:
+            m.add(sum(terms) <= max(0, cap[r]))
+    m.maximize(sum(math.ceil(duals[c] * PRICE_SCALE) * v for c, v in a.items()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = 1
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # no answer in time: every count at its maximum over-estimates the pattern's value
+        return None, sum(duals[c] * most[c] for c in a)
+    pattern = {c: int(solver.value(v)) for c, v in a.items() if solver.value(v)}
+    return pattern, solver.best_objective_bound / PRICE_SCALE
+
+
+def _greedy_patterns(
+    problem: Problem, members: Sequence[int], cap: Sequence[int], duals: dict[int, float]
+) -> list[dict[int, int]]:
+    """Cheap knapsack solutions for the duals: fill by dual value per unit of each resource
+    share, and of the largest share."""
+    out = []
+    useful = [c for c in members if duals.get(c, 0.0) > 1e-12]
+    shares = {
+        c: [q / max(1, cap[r]) for r, q in enumerate(problem.classes[c].requests)] for c in useful
+    }
+    dims = [r for r in range(len(problem.resources)) if problem.resources[r] != "pods"]
+    orders: list[list[int]] = [sorted(useful, key=lambda c: -duals[c] / max(1e-9, max(shares[c])))]
+    for r in dims:
+        ratio = {c: duals[c] / max(1e-9, shares[c][r]) for c in useful}
+        orders.append(sorted(useful, key=lambda c: -ratio[c]))
+    for order in orders:
+        room = [max(0, v) for v in cap]
+        pattern: dict[int, int] = {}
+        for c in order:
+            req = problem.classes[c].requests
+            while pattern.get(c, 0) < problem.classes[c].total and all(
+                q <= room[r] for r, q in enumerate(req)
+            ):
+                pattern[c] = pattern.get(c, 0) + 1
+                room = [v - q for v, q in zip(room, req, strict=True)]
+        out.append(pattern)
+    return out
+
+
+def placement_bound(
+    problem: Problem,
+    tier: int,
+    placed_floors: Sequence[tuple[int, int]],
+    starts: Sequence[Assignment],
+    seconds: float,
+    clock: Callable[[], float],
+) -> int | None:
+    """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
+
+    ``placed_floors``: (priority q, value) meaning placed(priority >= q) >= value, from the
+    higher tiers. ``starts``: feasible assignments whose nodes seed the patterns.
+    """
+    deadline = clock() + seconds
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    groups = _groups(problem, active)
+    if groups is None or not active:
+        return None
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    if lp is None:
+        return None
+    placed = {c: lp.NumVar(0, problem.classes[c].total, f"P{c}") for c in active}
+    group_rows = {}
+    class_rows = {}
+    for key, members in groups.items():
+        group_rows[key] = lp.Constraint(-lp.infinity(), len(members))
+    for c in active:
+        class_rows[c] = lp.Constraint(-lp.infinity(), 0)
+        class_rows[c].SetCoefficient(placed[c], 1)
+    for q, value in placed_floors:
+        row = lp.Constraint(value, lp.infinity())
+        for c in active:
+            if problem.classes[c].priority >= q:
+                row.SetCoefficient(placed[c], 1)
+    objective = lp.Objective()
+    for c in active:
+        if problem.classes[c].priority >= tier:
+            objective.SetCoefficient(placed[c], 1)
+    objective.SetMaximization()
+    seen: set[tuple[GroupKey, tuple[tuple[int, int], ...]]] = set()
+
+    def add_column(key: GroupKey, pattern: dict[int, int]) -> bool:
+        sig = (key, tuple(sorted(pattern.items())))
+        if sig in seen or not pattern:
+            return False
+        seen.add(sig)
+        var = lp.NumVar(0, lp.infinity(), f"L{len(seen)}")
+        group_rows[key].SetCoefficient(var, 1)
+        for c, count in pattern.items():
+            class_rows[c].SetCoefficient(var, -count)
+        return True
+
+    node_key = {n: key for key, members in groups.items() for n in members}
+    for x in starts:
+        for n in range(len(problem.node_names)):
+            add_column(node_key[n], {c: x[c][n] for c in active if x[c][n]})
+    best_bound = math.inf
+    total = sum(problem.classes[c].total for c in active if problem.classes[c].priority >= tier)
+    while True:
+        if lp.Solve() != pywraplp.Solver.OPTIMAL:
+            return None
+        value = objective.Value()
+        duals = {c: max(0.0, class_rows[c].dual_value()) for c in active}
+        added = False
+        farley = value
+        for key, members in groups.items():
+            mu = max(0.0, group_rows[key].dual_value())
+            cap = key[0]
+            elig = [c for c, ok in zip(active, key[1], strict=True) if ok]
+            left = deadline - clock()
+            if left <= 0:
+                return _floor(best_bound)
+            cheap = [
+                pat
+                for pat in _greedy_patterns(problem, elig, cap, duals)
+                if sum(duals[c] * k for c, k in pat.items()) > mu + 1e-7
+            ]
+            for pat in cheap:
+                added |= add_column(key, pat)
+            pattern, upper = _price(problem, elig, cap, duals, min(left, 0.5))
+            farley += len(members) * max(0.0, upper - mu)
+            if pattern is not None and sum(duals[c] * k for c, k in pattern.items()) > mu + 1e-7:
+                added |= add_column(key, pattern)
+        best_bound = min(best_bound, farley, total)
+        if not added or best_bound - value < 1e-6:
+            return _floor(best_bound)
+
+
+def _floor(value: float) -> int | None:
+    if math.isinf(value):
+        return None
+    return math.floor(value + 1e-6)
