@@ -120,11 +120,15 @@ def placement_bound(
     starts: Sequence[Assignment],
     seconds: float,
     clock: Callable[[], float],
+    target: int | None = None,
+    columns: dict[GroupKey, list[dict[int, int]]] | None = None,
 ) -> int | None:
     """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
 
     ``placed_floors``: (priority q, value) meaning placed(priority >= q) >= value, from the
-    higher tiers. ``starts``: feasible assignments whose nodes seed the patterns.
+    higher tiers. ``starts``: feasible assignments whose nodes seed the patterns. ``target``: the
+    value to prove (the incumbent's); the search stops as soon as the bound reaches it.
+    ``columns`` collects the generated patterns per node group (for ``pattern_solution``).
     """
     deadline = clock() + seconds
     active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
@@ -159,6 +163,8 @@ def placement_bound(
         if sig in seen or not pattern:
             return False
         seen.add(sig)
+        if columns is not None:
+            columns.setdefault(key, []).append(dict(pattern))
         var = lp.NumVar(0, lp.infinity(), f"L{len(seen)}")
         group_rows[key].SetCoefficient(var, 1)
         for c, count in pattern.items():
@@ -197,7 +203,8 @@ def placement_bound(
             if pattern is not None and sum(duals[c] * k for c, k in pattern.items()) > mu + 1e-7:
                 added |= add_column(key, pattern)
         best_bound = min(best_bound, farley, total)
-        if not added or best_bound - value < 1e-6:
+        proven = target is not None and _floor(best_bound) == target
+        if proven or not added or best_bound - value < 1e-6:
             return _floor(best_bound)
 
 
@@ -205,3 +212,75 @@ def _floor(value: float) -> int | None:
     if math.isinf(value):
         return None
     return math.floor(value + 1e-6)
+
+
+def pattern_solution(
+    problem: Problem,
+    tier: int,
+    placed_floors: Sequence[tuple[int, int]],
+    columns: dict[GroupKey, list[dict[int, int]]],
+    seconds: float,
+    workers: int = 0,
+) -> Assignment | None:
+    """Price-and-branch: the best integer choice of generated patterns (one per node), each
+    pattern then given to the node of its group where the most pods already run."""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    groups = _groups(problem, active)
+    if groups is None or not columns:
+        return None
+    m = cp_model.CpModel()
+    use: dict[tuple[GroupKey, int], cp_model.IntVar] = {}
+    for key, members in groups.items():
+        pats = columns.get(key, [])
+        for i in range(len(pats)):
+            use[key, i] = m.new_int_var(0, len(members), f"u{len(use)}")
+        if pats:
+            m.add(sum(use[key, i] for i in range(len(pats))) <= len(members))
+    placed = {}
+    for c in active:
+        supply = [
+            count * use[key, i]
+            for key, pats in columns.items()
+            for i, pat in enumerate(pats)
+            if (count := pat.get(c, 0)) and (key, i) in use
+        ]
+        placed[c] = m.new_int_var(0, problem.classes[c].total, f"P{c}")
+        m.add(placed[c] <= sum(supply))
+    for q, value in placed_floors:
+        m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
+    m.maximize(sum(placed[c] for c in active if problem.classes[c].priority >= tier))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = workers
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    x = [[0] * len(problem.node_names) for _ in problem.classes]
+    left = {c: int(solver.value(placed[c])) for c in active}
+    for key, members in groups.items():
+        chosen = [
+            dict(pat)
+            for i, pat in enumerate(columns.get(key, []))
+            for _ in range(int(solver.value(use[key, i])))
+        ]
+        free = list(members)
+        # greedy matching: the pattern/node pair keeping the most running pods first
+        pairs = sorted(
+            (
+                -sum(min(k, problem.classes[c].current[n]) for c, k in pat.items()),
+                j,
+                n,
+            )
+            for j, pat in enumerate(chosen)
+            for n in members
+        )
+        done: set[int] = set()
+        for _, j, n in pairs:
+            if j in done or n not in free:
+                continue
+            done.add(j)
+            free.remove(n)
+            for c, k in chosen[j].items():
+                take = min(k, left[c])  # patterns may over-supply a class
+                x[c][n] += take
+                left[c] -= take
+    return x

@@ -21,11 +21,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack import checker
-from scheduler_ext.repack.bounds import placement_bound
+from scheduler_ext.repack.bounds import GroupKey, pattern_solution, placement_bound
 from scheduler_ext.repack.classes import (
     EVICT_COST,
     Assignment,
@@ -33,6 +34,7 @@ from scheduler_ext.repack.classes import (
     build_problem,
     current_assignment,
     disruption,
+    feasible,
     pods_for,
 )
 from scheduler_ext.repack.heuristics import best_start, repair
@@ -52,6 +54,9 @@ from scheduler_ext.repack.snapshot import Snapshot
 Clock = Callable[[], float]
 # at most this share of a place phase's time goes to the pattern-LP bound
 BOUND_SHARE = 0.3
+# with pattern bounds, a place phase first tries this share of its time without them
+QUICK_SHARE = 0.15
+PACK_SHARE = 0.2
 HEURISTIC_SHARE = 0.25
 
 
@@ -89,6 +94,22 @@ def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
     ]
 
 
+def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int) -> bool:
+    """Is x a solution of the phase model at ``tier`` with these fixes?"""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    if not feasible(problem, x, active):
+        return False
+    for f in fixes:
+        have = (
+            _placed(problem, x, f.tier) if f.kind == "placed" else _disruption(problem, x, f.tier)
+        )
+        if (f.op == "==" and have != f.value) or (f.op == ">=" and have < f.value):
+            return False
+        if f.op == "<=" and have > f.value:
+            return False
+    return True
+
+
 def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
     """Lexicographic value of x at tier p: placed, then less disruption."""
     return _placed(problem, x, p), -_disruption(problem, x, p)
@@ -116,6 +137,46 @@ class _Phases:
         self.index += 1
         return max(0.0, share)
 
+    def _cp(
+        self,
+        tier: int,
+        maximise: bool,
+        fixes: Sequence[Fix],
+        hint: Assignment,
+        seconds: float,
+        cut: int | None,
+    ) -> tuple[Any, Assignment | None, int | None, int]:
+        """One CP-SAT solve: (status, solution, objective bound, placed weight)."""
+        problem, started = self.problem, self.clock()
+        symmetry = (
+            self.options.symmetry
+            and self.options.formulation == "classes"
+            and maximise
+            and not fixes
+        )
+        pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+        if cut is not None:
+            pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
+        # placed first, disruption as tie-break: placed weighs more than the largest disruption
+        weight = 1
+        if maximise and self.options.tie_break:
+            weight += EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
+            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
+        elif maximise:
+            pm.model.maximize(pm.placed_ge(tier))
+        else:
+            pm.model.minimize(pm.disruption_ge(tier))
+        pm.hint(hint)
+        solver = cp_model.CpSolver()
+        # the model build counts against the time
+        solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
+        solver.parameters.num_workers = self.options.workers
+        solver.parameters.random_seed = self.options.seed
+        status = solver.solve(pm.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return status, None, None, weight
+        return status, pm.read(solver), int(round(solver.best_objective_bound)), weight
+
     def run(
         self,
         tier: int,
@@ -131,22 +192,16 @@ class _Phases:
         def value(x: Assignment) -> int:
             return _placed(problem, x, tier) if maximise else _disruption(problem, x, tier)
 
+        def better(found: Assignment | None, best: Assignment | None) -> Assignment | None:
+            if found is not None and (
+                best is None or _key(problem, found, tier) > _key(problem, best, tier)
+            ):
+                return found
+            return best
+
         started = self.clock()
         seconds = self.allot()
-        use_patterns = (
-            maximise
-            and self.options.bounds
-            and self.options.formulation == "classes"
-            and (incumbent is None or value(incumbent) < bound)
-        )
-        if use_patterns:
-            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
-            starts = [x for x in (incumbent, hint) if x is not None]
-            pattern_bound = placement_bound(
-                problem, tier, floors, starts, BOUND_SHARE * seconds, self.clock
-            )
-            if pattern_bound is not None:
-                bound = min(bound, pattern_bound)
+        deadline = started + seconds
         if incumbent is not None and value(incumbent) == bound:
             self._report(tier, phase, "OPTIMAL", started, value(incumbent), bound, True)
             return incumbent, value(incumbent), True
@@ -156,59 +211,66 @@ class _Phases:
                 return None, 0, False
             self._report(tier, phase, "FEASIBLE", started, value(incumbent), bound, True)
             return incumbent, value(incumbent), False
-        symmetry = (
-            self.options.symmetry
-            and self.options.formulation == "classes"
-            and maximise
-            and not fixes
-        )
-        pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        if maximise and self.options.formulation == "classes":
-            pm.model.add(pm.placed_ge(tier) <= bound)  # the proven bound as a cut
-        # placed first, disruption as tie-break: placed weighs more than the largest disruption
-        weight = 1 + EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
-        if maximise and self.options.tie_break:
-            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
-        elif maximise:
-            weight = 1
-            pm.model.maximize(pm.placed_ge(tier))
-        else:
-            pm.model.minimize(pm.disruption_ge(tier))
-        pm.hint(hint)
-        solver = cp_model.CpSolver()
-        # the model build counts against the phase's time
-        solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
-        solver.parameters.num_workers = self.options.workers
-        solver.parameters.random_seed = self.options.seed
-        status = solver.solve(pm.model)
+        use_patterns = maximise and self.options.bounds and self.options.formulation == "classes"
+        best = incumbent
+        first = seconds * (QUICK_SHARE if use_patterns else 1.0)
+        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, None)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
-        best = incumbent
-        found = pm.read(solver) if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
-        if found is not None and (
-            best is None or _key(problem, found, tier) > _key(problem, best, tier)
-        ):
-            best = found
-        raw_bound = int(round(solver.best_objective_bound)) if found is not None else None
-        if raw_bound is None:
-            proven_bound = bound
-        elif maximise:
-            # placed <= (bound + disruption) / weight and disruption < weight
-            proven_bound = min(bound, (raw_bound + weight - 1) // weight)
-        else:
-            proven_bound = max(bound, raw_bound)
+        best = better(found, best)
+        if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
+            bound = min(bound, (raw + weight - 1) // weight) if maximise else max(bound, raw)
+        if use_patterns and status != cp_model.OPTIMAL and (best is None or value(best) < bound):
+            # not proven quickly: bound it with the pattern LP, then search on with that cut
+            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            starts = [x for x in (best, hint) if x is not None]
+            starts.append(_restrict(problem, current_assignment(problem), tier))
+            left = deadline - self.clock()
+            columns: dict[GroupKey, list[dict[int, int]]] = {}
+            pattern_bound = placement_bound(
+                problem,
+                tier,
+                floors,
+                starts,
+                BOUND_SHARE * left,
+                self.clock,
+                target=None if best is None else value(best),
+                columns=columns,
+            )
+            if pattern_bound is not None:
+                bound = min(bound, pattern_bound)
+            if best is None or value(best) < bound:
+                # price-and-branch: the generated patterns often pack better than the search
+                packed = pattern_solution(
+                    problem,
+                    tier,
+                    floors,
+                    columns,
+                    PACK_SHARE * (deadline - self.clock()),
+                    self.options.workers,
+                )
+                if packed is not None and _satisfies(problem, packed, fixes, tier):
+                    best = better(packed, best)
+            left = deadline - self.clock()
+            if (best is None or value(best) < bound) and left > 0.005:
+                status, found, raw, weight = self._cp(
+                    tier, maximise, fixes, best or hint, left, bound
+                )
+                best = better(found, best)
+                if raw is not None:
+                    bound = min(bound, (raw + weight - 1) // weight)
         if best is None:
-            self._report(tier, phase, "UNKNOWN", started, 0, proven_bound, False)
+            self._report(tier, phase, "UNKNOWN", started, 0, bound, False)
             return None, 0, False
-        optimal = status == cp_model.OPTIMAL or value(best) == proven_bound
+        optimal = value(best) == bound or (status == cp_model.OPTIMAL and best is found)
         self._report(
             tier,
             phase,
             "OPTIMAL" if optimal else "FEASIBLE",
             started,
             value(best),
-            proven_bound,
+            bound,
             False,
             lexicographic=maximise and weight > 1 and status == cp_model.OPTIMAL and best is found,
         )
