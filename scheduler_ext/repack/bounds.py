@@ -25,6 +25,7 @@ from ortools.sat.python import cp_model
 from scheduler_ext.repack.classes import Assignment, Problem
 
 PRICE_SCALE = 10_000
+EXACT_EVERY = 6
 
 
 GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
@@ -41,6 +42,83 @@ def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]
                 return None
         groups.setdefault((problem.capacity[n], elig), []).append(n)
     return groups
+
+
+def _knapsack(
+    values: Sequence[float],
+    weights: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    cap: Sequence[int],
+    node_limit: int = 50_000,
+) -> tuple[float, list[int], float] | None:
+    """Bounded multi-dimensional knapsack by depth-first branch and bound. Returns (best value,
+    counts, upper bound) or None when the node limit was hit (the caller then falls back).
+    Hand-written because the pricing problems are tiny and called many times; a CP-SAT model per
+    call costs more than the search itself."""
+    k = len(values)
+    dims = range(len(cap))
+    size = [max(w[r] / max(1, cap[r]) for r in dims) for w in weights]
+    order = sorted(range(k), key=lambda i: -values[i] / max(1e-12, size[i]))
+    v = [values[i] for i in order]
+    w = [weights[i] for i in order]
+    u = [limits[i] for i in order]
+    # per resource and suffix: the items in order of value per unit of that resource, for the
+    # fractional (Dantzig) bound of each single-resource relaxation
+    total = [0.0] * (k + 1)
+    for i in range(k - 1, -1, -1):
+        total[i] = total[i + 1] + v[i] * u[i]
+    by_ratio: list[list[list[int]]] = []
+    for r in dims:
+        per_unit = [v[j] / w[j][r] if w[j][r] > 0 else math.inf for j in range(k)]
+        ranked = sorted(range(k), key=lambda j: -per_unit[j])
+        by_ratio.append([[j for j in ranked if j >= i] for i in range(k + 1)])
+
+    def bound(i: int, rem: Sequence[int]) -> float:
+        b = total[i]
+        for r in dims:
+            room, got = rem[r], 0.0
+            for j in by_ratio[r][i]:
+                need = w[j][r] * u[j]
+                if need <= room:
+                    room -= need
+                    got += v[j] * u[j]
+                else:
+                    got += v[j] * room / w[j][r]
+                    break
+            b = min(b, got)
+        return b
+
+    best_value = 0.0
+    best: list[int] = [0] * k
+    counts = [0] * k
+    nodes = 0
+
+    def dfs(i: int, rem: list[int], acc: float) -> bool:
+        nonlocal best_value, best, nodes
+        nodes += 1
+        if nodes > node_limit:
+            return False
+        if acc > best_value:
+            best_value, best = acc, list(counts)
+        if i == k or acc + bound(i, rem) <= best_value + 1e-12:
+            return True
+        most = u[i]
+        for r in dims:
+            if w[i][r] > 0:
+                most = min(most, rem[r] // w[i][r])
+        for n in range(most, -1, -1):
+            counts[i] = n
+            if not dfs(i + 1, [rem[r] - n * w[i][r] for r in dims], acc + n * v[i]):
+                return False
+        counts[i] = 0
+        return True
+
+    if not dfs(0, [max(0, c) for c in cap], 0.0):
+        return None
+    out = [0] * k
+    for pos, i in enumerate(order):
+        out[i] = best[pos]
+    return best_value, out, best_value
 
 
 def _price(
@@ -64,6 +142,16 @@ def _price(
             most[c] = ub
     if not a:
         return None, 0.0
+    members_a = list(a)
+    quick = _knapsack(
+        [duals[c] for c in members_a],
+        [problem.classes[c].requests for c in members_a],
+        [most[c] for c in members_a],
+        cap,
+    )
+    if quick is not None:
+        value, counts, upper = quick
+        return {c: n for c, n in zip(members_a, counts, strict=True) if n}, upper
     for r in range(len(problem.resources)):
         terms = [
             problem.classes[c].requests[r] * v
@@ -177,30 +265,37 @@ def placement_bound(
             add_column(node_key[n], {c: x[c][n] for c in active if x[c][n]})
     best_bound = math.inf
     total = sum(problem.classes[c].total for c in active if problem.classes[c].priority >= tier)
+    rounds = 0
     while True:
         if lp.Solve() != pywraplp.Solver.OPTIMAL:
             return None
+        rounds += 1
         value = objective.Value()
         duals = {c: max(0.0, class_rows[c].dual_value()) for c in active}
+        mus = {key: max(0.0, group_rows[key].dual_value()) for key in groups}
+        elig = {key: [c for c, ok in zip(active, key[1], strict=True) if ok] for key in groups}
+        if clock() >= deadline:
+            return _floor(best_bound)
+        # cheap columns first; the exact (slow) pricing, which also yields the Farley bound,
+        # only when they run dry or every EXACT_EVERY rounds
         added = False
+        for key in groups:
+            for pat in _greedy_patterns(problem, elig[key], key[0], duals):
+                if sum(duals[c] * k for c, k in pat.items()) > mus[key] + 1e-7:
+                    added |= add_column(key, pat)
+        if added and rounds % EXACT_EVERY:
+            continue
         farley = value
         for key, members in groups.items():
-            mu = max(0.0, group_rows[key].dual_value())
-            cap = key[0]
-            elig = [c for c, ok in zip(active, key[1], strict=True) if ok]
             left = deadline - clock()
             if left <= 0:
                 return _floor(best_bound)
-            cheap = [
-                pat
-                for pat in _greedy_patterns(problem, elig, cap, duals)
-                if sum(duals[c] * k for c, k in pat.items()) > mu + 1e-7
-            ]
-            for pat in cheap:
-                added |= add_column(key, pat)
-            pattern, upper = _price(problem, elig, cap, duals, min(left, 0.5))
-            farley += len(members) * max(0.0, upper - mu)
-            if pattern is not None and sum(duals[c] * k for c, k in pattern.items()) > mu + 1e-7:
+            pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5))
+            farley += len(members) * max(0.0, upper - mus[key])
+            if (
+                pattern is not None
+                and sum(duals[c] * k for c, k in pattern.items()) > mus[key] + 1e-7
+            ):
                 added |= add_column(key, pattern)
         best_bound = min(best_bound, farley, total)
         proven = target is not None and _floor(best_bound) == target

@@ -207,3 +207,50 @@ def repair(problem: Problem, x: Assignment, active: Sequence[int]) -> Assignment
             return None
         st.shift(c, target, +1)
     return st.x if feasible(problem, st.x, active) else None
+
+
+def reduce_moves(
+    problem: Problem,
+    x: Assignment,
+    active: Sequence[int],
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> Assignment:
+    """Local search on disruption with the placed counts per class unchanged: send a moved pod
+    back where it ran, or swap it with a pod that took its place, while that fits."""
+    st = _State(problem, x)
+    cur = {c: problem.classes[c].current for c in active}
+    improved = True
+    while improved and clock() < until:
+        improved = False
+        for c in active:
+            for n in range(len(problem.node_names)):
+                if st.x[c][n] >= cur[c][n]:
+                    continue  # no pod of c left n
+                for m in range(len(problem.node_names)):
+                    if m == n or st.x[c][m] <= cur[c][m]:
+                        continue  # no pod of c arrived at m
+                    st.shift(c, m, -1)
+                    if st.fits(c, n):
+                        st.shift(c, n, +1)
+                        improved = True
+                        break
+                    # swap with a pod d that arrived at n and would not be worse off at m
+                    for d in active:
+                        if d == c or st.x[d][n] <= cur[d][n]:
+                            continue
+                        st.shift(d, n, -1)
+                        if st.fits(c, n) and st.fits(d, m):
+                            st.shift(c, n, +1)
+                            st.shift(d, m, +1)
+                            improved = True
+                            break
+                        st.shift(d, n, +1)
+                    if improved:
+                        break
+                    st.shift(c, m, +1)
+                if improved:
+                    break
+            if improved:
+                break
+    return st.x if feasible(problem, st.x, active) else x

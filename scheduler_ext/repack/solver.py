@@ -37,7 +37,7 @@ from scheduler_ext.repack.classes import (
     feasible,
     pods_for,
 )
-from scheduler_ext.repack.heuristics import best_start, repair
+from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
 from scheduler_ext.repack.plan import (
     Eviction,
@@ -338,6 +338,12 @@ def solve(
         repaired = repair(problem, best, active)
         if repaired is not None and _key(problem, repaired, p) > _key(problem, best, p):
             best = repaired
+        until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
+        polished = reduce_moves(problem, best, active, until, clock)
+        if _satisfies(problem, polished, fixes, p) and _key(problem, polished, p) > _key(
+            problem, best, p
+        ):
+            best = polished
         best, value, optimal = phases.run(p, "disrupt", fixes, best, best, floor)
         if best is None:
             return finish(_failure(phases), False, "no placement found in time", phases.reports)

@@ -62,3 +62,31 @@ def test_pattern_bound_proves_the_article_example() -> None:
     problem = build_problem(parse_list(fragmentation_list()))
     bound = placement_bound(problem, 0, [], [current_assignment(problem)], 5.0, time.monotonic)
     assert bound == 10
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_knapsack_matches_brute_force(seed: int) -> None:
+    import itertools
+    import random
+
+    from scheduler_ext.repack.bounds import _knapsack
+
+    rng = random.Random(seed)
+    k = 4
+    values = [rng.uniform(0.1, 2.0) for _ in range(k)]
+    weights = [(rng.randint(100, 900), rng.randint(100, 900), 1) for _ in range(k)]
+    limits = [rng.randint(1, 3) for _ in range(k)]
+    cap = (2000, 2000, 110)
+    best = 0.0
+    for counts in itertools.product(*(range(u + 1) for u in limits)):
+        if all(
+            sum(n * w[r] for n, w in zip(counts, weights, strict=True)) <= cap[r] for r in range(3)
+        ):
+            best = max(best, sum(n * v for n, v in zip(counts, values, strict=True)))
+    result = _knapsack(values, weights, limits, cap)
+    assert result is not None
+    value, counts, _ = result
+    assert value == pytest.approx(best)  # float sums of the same terms: rounding only
+    assert all(
+        sum(n * w[r] for n, w in zip(counts, weights, strict=True)) <= cap[r] for r in range(3)
+    )
