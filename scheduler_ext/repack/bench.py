@@ -31,7 +31,7 @@ from scheduler_ext.repack.solver import SolveOptions, solve
 
 CLASSES = ("Better&Optimal", "Better", "Default-Optimal", "Failure")
 SHORT = {"Better&Optimal": "B&O", "Better": "B", "Default-Optimal": "DO", "Failure": "F"}
-# The default run: one instance from each of these cells (nodes, pods/node, usage %, tiers), so
+# The default run: two instances from each of these cells (nodes, pods/node, usage %, tiers), so
 # every node count meets every pods-per-node, usage and tier setting at least once somewhere.
 DEFAULT_CELLS = [
     Cell(n, ppn, u, k)
@@ -195,7 +195,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pods-per-node", type=int, nargs="+", help="grid: pods per node")
     parser.add_argument("--usage", type=int, nargs="+", help="grid: target usage in percent")
     parser.add_argument("--tiers", type=int, nargs="+", help="grid: priority tiers K")
-    parser.add_argument("--instances", type=int, default=1, help="instances per grid cell")
+    parser.add_argument("--instances", type=int, default=2, help="instances per grid cell")
     parser.add_argument("--limits", type=float, nargs="+", default=[1.0, 10.0])
     parser.add_argument(
         "--formulations", nargs="+", default=["classes", "per-pod"], choices=("classes", "per-pod")
