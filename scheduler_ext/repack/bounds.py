@@ -6,10 +6,11 @@ Nodes with the same free capacity and the same eligible classes form a group. A 
 set of pod counts that fits one node of a group. The LP chooses how many nodes of each group use
 each pattern (fractionally) to maximise placed pods at priority >= p, subject to the placed counts
 settled for the higher tiers; disruption limits are dropped, which only loosens the bound. Columns
-are priced by a small integer knapsack per group (CP-SAT with objective coefficients rounded up,
-so its bound over-estimates the true reduced cost), and the Lagrangian (Farley) bound
-LP + sum over groups of nodes x max reduced cost stays valid even when time runs out before the
-column generation converges. This LP is far stronger than the per-node capacity rows for
+are priced by a small bounded knapsack per group (exact branch and bound, or CP-SAT with objective
+coefficients rounded up so that its bound over-estimates), and the Lagrangian bound
+sum_c max(0, [c counts] - pi_c) * pods_c + sum over groups of nodes x best pattern value under pi
+is valid for any pi >= 0, so it holds even when time runs out before the column generation
+converges. This LP is far stronger than the per-node capacity rows for
 bin-packing-like problems, which is what lets the place phases be proven optimal quickly.
 Pure: the clock is a parameter.
 """
@@ -285,13 +286,19 @@ def placement_bound(
                     added |= add_column(key, pat)
         if added and rounds % EXACT_EVERY:
             continue
-        farley = value
+        # Lagrangian bound for these (clamped, so possibly not exactly optimal) multipliers:
+        # valid for any pi >= 0, with the settled-tier floors dropped (a relaxation)
+        farley = sum(
+            max(0.0, (1.0 if problem.classes[c].priority >= tier else 0.0) - duals[c])
+            * problem.classes[c].total
+            for c in active
+        )
         for key, members in groups.items():
             left = deadline - clock()
             if left <= 0:
                 return _floor(best_bound)
             pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5))
-            farley += len(members) * max(0.0, upper - mus[key])
+            farley += len(members) * max(0.0, upper)
             if (
                 pattern is not None
                 and sum(duals[c] * k for c, k in pattern.items()) > mus[key] + 1e-7
