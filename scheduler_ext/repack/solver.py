@@ -6,14 +6,18 @@ of running pods at priority >= p (move 1, eviction 2). Each result is fixed for 
 (== when proven optimal, >= or <= when only feasible). Lower tiers are left out of a tier's model
 because they cannot change its objectives, which keeps the early phases small.
 
-Every phase starts from an incumbent: the previous phase's solution completed greedily for the
-new tier (its running pods where they still fit, the rest first-fit-decreasing). It is the solver's
-hint, and when it already meets a simple bound (every pod placed; no more disruption than already
-fixed) the phase is proven without calling CP-SAT. One global time budget is shared out across the
-remaining phases in proportion to their size; whatever a phase leaves unused flows on. A phase that
-runs out of time keeps the best of incumbent and solver solution, so a plan is never worse than
-the greedy one. The plan is then mapped to pods, sequenced and checked by ``checker``; a plan that
-fails the check is replaced by an ERROR result and never returned.
+Every phase starts from an incumbent: the previous phase's solution completed for the new tier by
+the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
+it already meets a simple bound (every pod placed; no more disruption than already fixed) the
+phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
+not prove quickly gets the pattern-LP bound of ``bounds`` (used as a cut, and as a proof when the
+incumbent meets it) and a price-and-branch packing from the generated patterns.
+
+One global time budget is shared out across the remaining phases in proportion to their size;
+whatever a phase leaves unused flows on. A phase that runs out of time keeps the best of incumbent
+and solver solution, so a plan is never worse than the greedy one. The plan is then mapped to
+pods, sequenced and checked by ``checker``; a plan that fails the check is replaced by an ERROR
+result and never returned.
 """
 
 from __future__ import annotations
