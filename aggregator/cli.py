@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         arg,
         "--recompute-interval",
-        default=0.01,
+        default=0.05,
         type=_positive,
         help="seconds between recomputations of the global model while models arrive",
     )

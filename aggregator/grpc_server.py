@@ -44,7 +44,7 @@ class ServerTls:
 def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
     metrics = service.metrics
     observe = metrics.exchange_latency.observe
-    invalid = metrics.exchanges["invalid"]
+    counts = metrics.exchanges
     parse = aggregator_pb2.LocalModel.FromString
     perf_counter = time.perf_counter
 
@@ -54,7 +54,7 @@ def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
             try:
                 message = parse(request)
             except DecodeError as exc:
-                invalid.inc()
+                counts["invalid"] += 1
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, f"not a carico.v1.LocalModel: {exc}"
                 )

@@ -38,7 +38,7 @@ class AggregatorConfig:
     name: str
     ttl: float = 30.0
     feature_names: tuple[str, ...] | None = None
-    recompute_interval: float = 0.01
+    recompute_interval: float = 0.05
     expire_interval: float = 1.0
     max_senders: int = 100_000
     checkpoint_path: Path | None = None
@@ -84,16 +84,16 @@ class AggregatorService:
         try:
             entry, names = validate_local_model(request, store.feature_names, now)
             if entry.node not in store and len(store) >= self.config.max_senders:
-                outcomes["over_capacity"].inc()
+                outcomes["over_capacity"] += 1
                 raise ExchangeRefused(
                     "over_capacity",
                     f"aggregator holds its maximum of {self.config.max_senders} senders",
                 )
             outcome = store.offer(entry, names)
         except ValidationError as exc:
-            outcomes["invalid"].inc()
+            outcomes["invalid"] += 1
             raise ExchangeRefused("invalid", f"{request.node[:253] or '?'}: {exc}") from None
-        outcomes[outcome].inc()
+        outcomes[outcome] += 1
         if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
             self._wake.set()
         return self._reply

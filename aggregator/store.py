@@ -40,7 +40,7 @@ class GlobalView:
     senders: int  # entries (agents and child aggregators)
     median_per_pod_cost: float | None
     nodes_with_cost: int
-    all_costs: tuple[float, ...]  # every member's cost, for forwarding to a parent
+    all_costs: FloatArray  # every member's per-pod cost, for forwarding to a parent
     computed_at: float
 
     def second_moment(self) -> FloatArray:
@@ -64,6 +64,10 @@ class ModelStore:
         self._slot_nodes: list[str] = []
         self._moments: FloatArray = np.zeros((0, 0, 0))
         self._weights: FloatArray = np.zeros(0)
+        # An agent's per-pod cost (NaN: not known yet) sits in its row; the member costs of a
+        # child aggregator (more than one) are kept aside. Both keep the median an O(N) C call.
+        self._costs: FloatArray = np.zeros(0)
+        self._member_costs: dict[str, tuple[float, ...]] = {}
         self._dirty = False
 
     # -- state --------------------------------------------------------------------------------
@@ -137,6 +141,7 @@ class ModelStore:
     def _remove(self, node: str) -> None:
         del self._entries[node]
         self._pending.discard(node)
+        self._member_costs.pop(node, None)
         self._dirty = True
         if not self._entries and self._configured_features is None:
             self._features = None  # an empty aggregator may learn a new feature set
@@ -150,6 +155,7 @@ class ModelStore:
             self._slot[moved] = slot
             self._moments[slot] = self._moments[last]
             self._weights[slot] = self._weights[last]
+            self._costs[slot] = self._costs[last]
         self._slot_nodes.pop()
 
     # -- the global model ---------------------------------------------------------------------
@@ -164,12 +170,14 @@ class ModelStore:
         if self._moments.shape[1:] != (d, d):
             self._moments = np.zeros((max(16, needed * 2), d, d))
             self._weights = np.zeros(self._moments.shape[0])
+            self._costs = np.full(self._moments.shape[0], np.nan)
         elif needed > self._moments.shape[0]:
             grow = max(needed, 2 * self._moments.shape[0])
             self._moments = np.concatenate(
                 (self._moments, np.zeros((grow - len(self._moments), d, d)))
             )
             self._weights = np.concatenate((self._weights, np.zeros(grow - len(self._weights))))
+            self._costs = np.concatenate((self._costs, np.full(grow - len(self._costs), np.nan)))
         by_rank: dict[int, list[NodeEntry]] = {}
         for node in nodes:
             entry = self._entries[node]
@@ -185,6 +193,13 @@ class ModelStore:
             rows = [self._slot[e.node] for e in group]
             self._moments[rows] = (scaled @ scaled.transpose(0, 2, 1)) * weight[:, None, None]
             self._weights[rows] = weight
+            for e, row in zip(group, rows, strict=True):
+                if len(e.per_pod_costs) > 1:
+                    self._member_costs[e.node] = e.per_pod_costs
+                    self._costs[row] = np.nan
+                else:
+                    self._member_costs.pop(e.node, None)
+                    self._costs[row] = e.per_pod_costs[0] if e.per_pod_costs else np.nan
 
     def compute(self, now: float) -> GlobalView | None:
         """The global model of the entries held now (None when there are none); clears dirty."""
@@ -200,8 +215,11 @@ class ModelStore:
         order = np.argsort(eigenvalues)[::-1]
         sigma = np.sqrt(np.clip(eigenvalues[order], 0.0, None))
         u = np.ascontiguousarray(vectors[:, order])
-        costs = tuple(c for e in self._entries.values() for c in e.per_pod_costs)
-        median = float(np.median(costs)) if costs else None
+        row_costs = self._costs[:n]
+        costs = row_costs[~np.isnan(row_costs)]
+        if self._member_costs:
+            costs = np.concatenate((costs, *(np.array(c) for c in self._member_costs.values())))
+        median = float(np.median(costs)) if len(costs) else None
         return GlobalView(
             u=u,
             sigma=sigma,

@@ -16,7 +16,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from math import isfinite
+from operator import mul
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,15 +40,19 @@ MAX_PER_POD_COST = 1e6
 # σ₁ ≤ √d holds exactly for data in [0,1]^d; allow rounding of the sender's SVD.
 SIGMA_RANGE_RTOL = 1e-9
 _SMALL_FACTOR = 64  # d·r up to which the pure-Python checks are used
+fsum_plain = sum  # plain (not compensated) summation: the checks' tolerances are far above rounding
 
 
 class ValidationError(ValueError):
     """A model or its envelope is malformed; the message says what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
-class NodeEntry:
-    """One sender's latest model as the store keeps it (U row-major, d×r)."""
+class NodeEntry(NamedTuple):
+    """One sender's latest model as the store keeps it (U row-major, d×r).
+
+    A named tuple rather than a frozen dataclass: it is built on every exchange, and a frozen
+    dataclass's ``__init__`` costs several times more.
+    """
 
     node: str
     sequence: int
@@ -109,30 +115,29 @@ def _sigma_limit(d: int) -> float:
 
 
 def _check_factor_small(d: int, r: int, u: Sequence[float], sigma: Sequence[float]) -> None:
-    isfinite = math.isfinite
-    for x in u:
-        if not isfinite(x):
-            raise ValidationError("U contains NaN or inf")
-    previous = math.inf
-    for s in sigma:
-        if not isfinite(s):
-            raise ValidationError("sigma contains NaN or inf")
-        if s < 0.0:
-            raise ValidationError(f"sigma must be non-negative, got {list(sigma)}")
-        if s > previous + ORTHONORMAL_ATOL * max(1.0, sigma[0]):
+    # A sum is finite only if every term is (finite values large enough to overflow are not
+    # orthonormal anyway), so one C-level sum replaces a Python loop over isfinite.
+    if not isfinite(fsum_plain(u)):
+        raise ValidationError("U contains NaN or inf")
+    if not isfinite(fsum_plain(sigma)):
+        raise ValidationError("sigma contains NaN or inf")
+    if min(sigma) < 0.0:
+        raise ValidationError(f"sigma must be non-negative, got {list(sigma)}")
+    s0 = sigma[0]
+    tolerance = ORTHONORMAL_ATOL * (s0 if s0 > 1.0 else 1.0)
+    for k in range(1, r):
+        if sigma[k] > sigma[k - 1] + tolerance:
             raise ValidationError(f"sigma must be in descending order, got {list(sigma)}")
-        previous = s
-    if sigma[0] > _sigma_limit(d):
+    if s0 > _sigma_limit(d):
         raise ValidationError(
-            f"sigma_1 = {sigma[0]:.6g} exceeds sqrt(d) = {math.sqrt(d):.6g}: "
+            f"sigma_1 = {s0:.6g} exceeds sqrt(d) = {math.sqrt(d):.6g}: "
             "telemetry in [0,1]^d cannot produce it"
         )
+    columns = [u[i::r] for i in range(r)]
     for i in range(r):
+        column = columns[i]
         for j in range(i, r):
-            dot = 0.0
-            for k in range(0, d * r, r):
-                dot += u[k + i] * u[k + j]
-            error = abs(dot - (1.0 if i == j else 0.0))
+            error = abs(fsum_plain(map(mul, column, columns[j])) - (1.0 if i == j else 0.0))
             if error > ORTHONORMAL_ATOL:
                 raise ValidationError(
                     f"U is not orthonormal: |(U^T U)[{i},{j}] - I| = {error:.3g} "
@@ -199,38 +204,39 @@ def validate_local_model(
     """Check ``message``; return the entry to store and its feature names.
 
     With ``expected_features`` set, a model over any other feature set is refused (naming both),
-    so that two parties never mix dimensions.
+    so that two parties never mix dimensions. Every protobuf field is read once: each access
+    crosses into the protobuf runtime.
     """
-    check_node_name(message.node)
-    check_timestamp(message.timestamp)
+    node = message.node
+    if len(node) > MAX_NODE_NAME or _NODE_NAME.fullmatch(node) is None:
+        check_node_name(node)
+    timestamp = message.timestamp
+    if not 0.0 <= timestamp < math.inf:
+        check_timestamp(timestamp)
     if not message.HasField("model"):
         raise ValidationError("message carries no model")
     model = message.model
-    d, r = model.d, model.r
-    names = tuple(model.feature_names)
-    if expected_features is not None and names != expected_features:
-        raise ValidationError(
-            f"feature set {list(names)} differs from this aggregator's {list(expected_features)}"
-        )
+    d = model.d
+    r = model.r
+    raw_names = model.feature_names
     if expected_features is None:
-        check_feature_names(names, d)
-    elif len(names) != d:
-        raise ValidationError(f"model has d={d} but {len(names)} feature names")
+        names = check_feature_names(raw_names, d)
+    else:
+        if raw_names != list(expected_features):
+            raise ValidationError(
+                f"feature set {list(raw_names)} differs from this aggregator's "
+                f"{list(expected_features)}"
+            )
+        if len(expected_features) != d:
+            raise ValidationError(f"model has d={d} but {len(expected_features)} feature names")
+        names = expected_features
     u = tuple(model.u)
     sigma = tuple(model.sigma)
     check_factor(d, r, u, sigma)
-    weight = check_weight(message.weight)
-    costs = check_costs(message.per_pod_costs, weight)
-    entry = NodeEntry(
-        node=message.node,
-        sequence=message.sequence,
-        sent_at=message.timestamp,
-        received_at=received_at,
-        weight=weight,
-        d=d,
-        r=r,
-        u=u,
-        sigma=sigma,
-        per_pod_costs=costs,
-    )
+    weight = message.weight
+    if weight != 1:
+        weight = check_weight(weight)
+    raw_costs = message.per_pod_costs
+    costs = check_costs(raw_costs, weight) if raw_costs else ()
+    entry = NodeEntry(node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs)
     return entry, names

@@ -53,5 +53,5 @@ def forward_message(
         timestamp=now,
         model=factor_message(view),
         weight=view.contributing_nodes,
-        per_pod_costs=list(view.all_costs),
+        per_pod_costs=view.all_costs.tolist(),
     )

@@ -166,7 +166,7 @@ def test_fleet_prior_is_the_median_over_nodes_that_know_their_cost(make_local, r
     view = store.compute(0.0)
     assert view is not None
     assert view.median_per_pod_cost == pytest.approx(0.25) and view.nodes_with_cost == 4
-    assert sorted(view.all_costs) == sorted(costs)
+    assert sorted(view.all_costs.tolist()) == sorted(costs)
 
 
 def test_no_cost_known_means_no_prior(make_local, rng) -> None:  # type: ignore[no-untyped-def]
@@ -184,3 +184,22 @@ def test_restore_drops_entries_past_the_ttl(make_local, rng) -> None:  # type: i
     store = ModelStore(ttl=30)
     assert store.restore(entries, FEATURES, now=100.0) == 1
     assert "fresh" in store and "old" not in store
+
+
+def test_member_costs_of_a_child_count_individually_and_leave_with_it(make_local, rng) -> None:  # type: ignore[no-untyped-def]
+    store = ModelStore(ttl=10)
+    store.offer(_entry(make_local, "a", rng.uniform(size=(2, 4)), costs=(0.9,), now=5.0), FEATURES)
+    child = _entry(
+        make_local, "child", rng.uniform(size=(2, 4)), weight=4, costs=(0.1, 0.2, 0.3), now=0.0
+    )
+    store.offer(child, FEATURES)
+    view = store.compute(0.0)
+    assert view is not None and view.nodes_with_cost == 4
+    assert view.median_per_pod_cost == pytest.approx(0.25)
+    # The child now reports a single member cost: its old member costs must not linger.
+    store.offer(child._replace(sequence=2, sent_at=2000.0, per_pod_costs=(0.5,)), FEATURES)
+    view = store.compute(1.0)
+    assert view is not None and sorted(view.all_costs.tolist()) == [0.5, 0.9]
+    store.expire(now=10.5)  # the child (received at 0) expires, "a" (at 5) stays
+    view = store.compute(10.5)
+    assert view is not None and view.all_costs.tolist() == [0.9]

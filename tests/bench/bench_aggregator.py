@@ -1,0 +1,285 @@
+"""Aggregator load benchmark: simulated agents calling ``Exchange`` at 1 Hz each, on loopback.
+
+For every fleet size, the same load runs twice, each against a fresh server in its own process:
+first against an empty gRPC handler (it returns an empty ``GlobalModel``: the cost of gRPC itself,
+the baseline), then against the real aggregator (validation, store, cached reply, background
+recompute, metrics). The simulated agents live in separate client processes, each driving its share
+of the nodes with grpc.aio; every node sends a fresh model (sequence and timestamp increase) once a
+second, the nodes' phases spread evenly over the second. Latency is measured by the clients, from
+sending the request to receiving the reply, over calls started in the measurement window.
+
+Printed per fleet size: achieved exchanges/s, p50/p99 latency, the fraction of calls that started
+more than 100 ms behind schedule (the clients could not keep up), and p99 as a ratio of the
+baseline's p99. Target: 5,000 nodes at 1 Hz with p99 ≤ 3× baseline.
+
+    python tests/bench/bench_aggregator.py [--sizes 500,1000,2000,5000] [--duration 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+import grpc
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from aggregator.grpc_server import start_grpc_server
+from aggregator.metrics import AggregatorMetrics
+from aggregator.service import AggregatorConfig, AggregatorService
+from carico.model import SubspaceModel
+from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
+
+METHOD = "/carico.v1.Aggregator/Exchange"
+LATE_S = 0.1
+
+
+# -- servers (each in its own process) ---------------------------------------------------------
+
+
+class _Empty(aggregator_pb2_grpc.AggregatorServicer):
+    async def Exchange(
+        self, request: aggregator_pb2.LocalModel, context: grpc.aio.ServicerContext
+    ) -> aggregator_pb2.GlobalModel:
+        return aggregator_pb2.GlobalModel()
+
+
+async def _serve(kind: str, conn: Connection) -> None:
+    service: AggregatorService | None = None
+    if kind == "baseline":
+        server = grpc.aio.server()
+        aggregator_pb2_grpc.add_AggregatorServicer_to_server(_Empty(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+    else:
+        service = AggregatorService(AggregatorConfig(name="bench"), AggregatorMetrics())
+        await service.start()
+        server, port = await start_grpc_server(service, "127.0.0.1:0")
+    conn.send(port)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, conn.recv)  # wait for "stop"
+    senders = len(service.store) if service is not None else 0
+    recomputes = service.metrics.recomputes._value.get() if service is not None else 0
+    cpu = time.process_time()
+    await server.stop(None)
+    if service is not None:
+        await service.stop()
+    conn.send({"senders": senders, "recomputes": recomputes, "cpu": cpu})
+
+
+def _server_main(kind: str, conn: Connection) -> None:
+    asyncio.run(_serve(kind, conn))
+
+
+# -- simulated agents ---------------------------------------------------------------------------
+
+
+def _factors(nodes: list[str], seed: int) -> dict[str, aggregator_pb2.SubspaceFactor]:
+    rng = np.random.default_rng(seed)
+    result = {}
+    for node in nodes:
+        u, sigma = SubspaceModel.from_batch(rng.uniform(size=(2, 10))).to_arrays()
+        result[node] = aggregator_pb2.SubspaceFactor(
+            d=2, r=2, u=u.ravel().tolist(), sigma=sigma.tolist(), feature_names=["cpu", "memory"]
+        )
+    return result
+
+
+async def _drive(
+    port: int,
+    nodes: list[str],
+    offsets: list[float],
+    start: float,
+    warmup: float,
+    duration: float,
+    channels: int,
+    seed: int,
+) -> dict[str, object]:
+    factors = _factors(nodes, seed)
+    chans = [
+        # Distinct channel ids: separate connections, as separate agents would have.
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}", options=[("grpc.channel_id", i)])
+        for i in range(channels)
+    ]
+    calls = [c.unary_unary(METHOD) for c in chans]  # bytes in, bytes out
+    latencies: list[float] = []
+    late = errors = 0
+    measure_from, end = start + warmup, start + warmup + duration
+    pending: set[asyncio.Task[None]] = set()
+    sequence = dict.fromkeys(nodes, 0)
+
+    async def one(i: int, node: str, scheduled: float) -> None:
+        nonlocal late, errors
+        sequence[node] += 1
+        request = aggregator_pb2.LocalModel(
+            node=node,
+            sequence=sequence[node],
+            timestamp=time.time(),
+            weight=1,
+            model=factors[node],
+        ).SerializeToString()
+        sent = time.perf_counter()
+        try:
+            await calls[i % channels](request, timeout=10)
+        except grpc.aio.AioRpcError:
+            if sent >= measure_from:
+                errors += 1
+            return
+        if measure_from <= sent < end:
+            latencies.append(time.perf_counter() - sent)
+            if sent - scheduled > LATE_S:
+                late += 1
+
+    # Every node fires at start + offset + k seconds; walk that schedule in order.
+    order = sorted(range(len(nodes)), key=lambda i: offsets[i])
+    second = 0
+    while True:
+        base = start + second
+        if base >= end:
+            break
+        for i in order:
+            due = base + offsets[i]
+            if due >= end:
+                break
+            delay = due - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            task = asyncio.create_task(one(i, nodes[i], due))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+        second += 1
+    if pending:
+        await asyncio.wait(pending, timeout=15)
+    for c in chans:
+        await c.close()
+    return {"latencies": latencies, "late": late, "errors": errors}
+
+
+def _client_main(
+    port: int,
+    nodes: list[str],
+    offsets: list[float],
+    start: float,
+    warmup: float,
+    duration: float,
+    channels: int,
+    seed: int,
+    conn: Connection,
+) -> None:
+    conn.send(asyncio.run(_drive(port, nodes, offsets, start, warmup, duration, channels, seed)))
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    rate: float
+    p50_ms: float
+    p99_ms: float
+    late: float
+    errors: int
+    server_cpu: float
+    senders: int
+
+
+def run_once(kind: str, fleet: int, clients: int, warmup: float, duration: float) -> Result:
+    ctx = mp.get_context("spawn")
+    server_end, here = ctx.Pipe()
+    server = ctx.Process(target=_server_main, args=(kind, server_end), daemon=True)
+    server.start()
+    port = here.recv()
+    nodes = [f"node-{i:05d}" for i in range(fleet)]
+    offsets = [(i * 0.6180339887) % 1.0 for i in range(fleet)]  # even spread over the second
+    start = time.perf_counter() + 2.0  # time for the clients to start and build their models
+    procs, pipes = [], []
+    for c in range(clients):
+        mine = list(range(c, fleet, clients))
+        parent_end, child_end = ctx.Pipe()
+        p = ctx.Process(
+            target=_client_main,
+            args=(
+                port,
+                [nodes[i] for i in mine],
+                [offsets[i] for i in mine],
+                start,
+                warmup,
+                duration,
+                4,
+                c,
+                child_end,
+            ),
+            daemon=True,
+        )
+        p.start()
+        procs.append(p)
+        pipes.append(parent_end)
+    outs = [pipe.recv() for pipe in pipes]
+    for p in procs:
+        p.join()
+    here.send("stop")
+    stats = here.recv()
+    server.join()
+    lat = np.concatenate([np.asarray(o["latencies"]) for o in outs])
+    total_late = sum(int(o["late"]) for o in outs)  # type: ignore[call-overload]
+    return Result(
+        rate=len(lat) / duration,
+        p50_ms=float(np.percentile(lat, 50)) * 1e3 if len(lat) else float("nan"),
+        p99_ms=float(np.percentile(lat, 99)) * 1e3 if len(lat) else float("nan"),
+        late=total_late / max(1, len(lat)),
+        errors=sum(int(o["errors"]) for o in outs),  # type: ignore[call-overload]
+        server_cpu=float(stats["cpu"]),
+        senders=int(stats["senders"]),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="500,1000,2000,5000")
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds first")
+    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    load = os.getloadavg()[0]
+    print(
+        f"aggregator Exchange at 1 Hz per node, {args.clients} client processes, "
+        f"{args.duration:g} s measured after {args.warmup:g} s warm-up; "
+        f"{os.cpu_count()} CPUs, load average {load:.2f} at start"
+    )
+    header = (
+        f"{'nodes':>6} {'server':>9} {'exch/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'late':>6} {'errors':>6} {'srv cpu s':>9} {'p99/base':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    worst = 0.0
+    for fleet in sizes:
+        base = run_once("baseline", fleet, args.clients, args.warmup, args.duration)
+        real = run_once("aggregator", fleet, args.clients, args.warmup, args.duration)
+        ratio = real.p99_ms / base.p99_ms
+        worst = max(worst, ratio)
+        for label, r, rel in (("empty", base, 1.0), ("carico", real, ratio)):
+            print(
+                f"{fleet:>6} {label:>9} {r.rate:>8.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
+                f"{r.late:>6.1%} {r.errors:>6} {r.server_cpu:>9.2f} {rel:>9.2f}",
+                flush=True,
+            )
+        if real.senders != fleet:
+            print(f"  note: aggregator held {real.senders} senders, expected {fleet}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} at end; worst p99 ratio {worst:.2f} (target <= 3)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
