@@ -92,7 +92,10 @@ class AggregatorService:
             outcome = store.offer(entry, names)
         except ValidationError as exc:
             outcomes["invalid"] += 1
-            raise ExchangeRefused("invalid", f"{request.node[:253] or '?'}: {exc}") from None
+            message = f"{request.node[:253] or '?'}: {exc}"
+            # Debug only: one broken agent must not flood the logs; the metric counts them.
+            log.debug("model refused", extra={"reason": message})
+            raise ExchangeRefused("invalid", message) from None
         outcomes[outcome] += 1
         if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
             self._wake.set()

@@ -5,6 +5,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -148,3 +149,29 @@ def test_bad_flag_combinations_exit_2_with_a_message(args: list[str], message: s
         timeout=60,
     )
     assert result.returncode == 2 and message in result.stderr
+
+
+def test_an_address_in_use_exits_1_with_a_message(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "carico.cli",
+                "aggregator",
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--ops-listen",
+                "127.0.0.1:0",
+                "--checkpoint",
+                str(tmp_path / "c.json"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1 and f"cannot serve on 127.0.0.1:{port}" in result.stderr
