@@ -42,6 +42,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
 def _features(text: str) -> tuple[str, ...] | None:
     if not text.strip():
         return None
@@ -110,6 +117,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_MAX_MESSAGE_BYTES,
         type=_positive_int,
         help="largest request accepted (a parent must allow 8 bytes per node behind a child)",
+    )
+    add_env_argument(
+        arg,
+        "--max-concurrent-rpcs",
+        default=0,
+        type=_non_negative_int,
+        help="calls in flight beyond which new ones get RESOURCE_EXHAUSTED at once; 0: no limit",
     )
     ckpt = parser.add_argument_group("checkpoint")
     add_env_argument(
@@ -207,7 +221,11 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     try:
         server, port = await start_grpc_server(
-            service, args.listen, tls=tls, max_message_bytes=args.max_message_bytes
+            service,
+            args.listen,
+            tls=tls,
+            max_message_bytes=args.max_message_bytes,
+            max_concurrent_rpcs=args.max_concurrent_rpcs or None,
         )
     except (OSError, RuntimeError, ValueError) as exc:
         log.error("cannot start the gRPC server", extra={"listen": args.listen, "error": str(exc)})

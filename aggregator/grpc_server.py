@@ -76,13 +76,20 @@ async def start_grpc_server(
     *,
     tls: ServerTls | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_concurrent_rpcs: int | None = None,
 ) -> tuple[grpc.aio.Server, int]:
-    """Start serving on ``address`` (port 0 picks a free one); return the server and its port."""
+    """Start serving on ``address`` (port 0 picks a free one); return the server and its port.
+
+    With ``max_concurrent_rpcs``, calls beyond that many in flight are refused at once with
+    ``RESOURCE_EXHAUSTED`` (agents retry on their next round) instead of queueing without bound.
+    """
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
+            # Two servers must never share a port silently.
             ("grpc.so_reuseport", 0),
-        ]
+        ],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     handlers = {"Exchange": exchange_handler(service)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

@@ -241,6 +241,8 @@ def run_once(
     server_end, here = ctx.Pipe()
     server = ctx.Process(target=_server_main, args=(kind, server_end, profile), daemon=True)
     server.start()
+    if not here.poll(60):
+        raise SystemExit(f"the {kind} server did not start")
     port = here.recv()
     nodes = [f"node-{i:05d}" for i in range(fleet)]
     offsets = [(i * 0.6180339887) % 1.0 for i in range(fleet)]  # even spread over the second
@@ -268,7 +270,12 @@ def run_once(
         p.start()
         procs.append(p)
         pipes.append(parent_end)
-    outs = [pipe.recv() for pipe in pipes]
+    limit = time.monotonic() + warmup + duration + 90
+    outs = []
+    for pipe in pipes:
+        if not pipe.poll(max(1.0, limit - time.monotonic())):
+            raise SystemExit("a client process did not report back (crashed or hung)")
+        outs.append(pipe.recv())
     for p in procs:
         p.join()
     here.send("stop")
