@@ -4,7 +4,9 @@ The store keeps each sender's **latest** model (a node that reports often replac
 it never outweighs the others) and computes the global model as the weighted mean of their second
 moments, ``C = Σ wᵢ Cᵢ / Σ wᵢ`` with wᵢ = 1 for an agent and wᵢ = N for a child aggregator standing
 for N nodes, so that a tree of aggregators gives the same mean as a flat one. Entries older than a
-TTL (by the aggregator's own clock, never the sender's) drop out.
+TTL (by the aggregator's own clock, never the sender's) drop out; entries are kept in order of
+arrival so that expiry only looks at the expired ones (should the clock step back, an entry may
+outlive its TTL until those that arrived before it have expired).
 
 The global factor is the eigendecomposition of that d×d mean: U is d×d and σᵢ = √λᵢ, i.e. full
 rank, so the mean is represented exactly and a parent aggregator averaging children's factors gets
@@ -113,6 +115,8 @@ class ModelStore:
         held = self._entries.get(entry.node)
         if held is not None and entry.sequence <= held.sequence and entry.sent_at <= held.sent_at:
             return OUTCOME_STALE
+        if held is not None:
+            del self._entries[entry.node]  # re-insert: the dict stays in order of arrival
         self._entries[entry.node] = entry
         self._pending.add(entry.node)
         self._dirty = True
@@ -121,7 +125,13 @@ class ModelStore:
     def expire(self, now: float) -> list[str]:
         """Drop the entries received more than ``ttl`` before ``now``; return their names."""
         cutoff = now - self.ttl
-        gone = [node for node, e in self._entries.items() if e.received_at < cutoff]
+        # Entries are kept in order of arrival, so the expired ones are a prefix: the scan stops
+        # at the first live entry instead of visiting all N every second.
+        gone = []
+        for node, entry in self._entries.items():
+            if entry.received_at >= cutoff:
+                break
+            gone.append(node)
         for node in gone:
             self._remove(node)
         return gone
@@ -131,7 +141,7 @@ class ModelStore:
     ) -> int:
         """Load saved entries (dropping those past the TTL); return how many were kept."""
         kept = 0
-        for entry in entries:
+        for entry in sorted(entries, key=lambda e: e.received_at):  # keep arrival order
             if entry.received_at >= now - self.ttl and self.offer(entry, feature_names) == (
                 OUTCOME_ACCEPTED
             ):

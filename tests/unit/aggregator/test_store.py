@@ -188,18 +188,36 @@ def test_restore_drops_entries_past_the_ttl(make_local, rng) -> None:  # type: i
 
 def test_member_costs_of_a_child_count_individually_and_leave_with_it(make_local, rng) -> None:  # type: ignore[no-untyped-def]
     store = ModelStore(ttl=10)
-    store.offer(_entry(make_local, "a", rng.uniform(size=(2, 4)), costs=(0.9,), now=5.0), FEATURES)
     child = _entry(
         make_local, "child", rng.uniform(size=(2, 4)), weight=4, costs=(0.1, 0.2, 0.3), now=0.0
     )
     store.offer(child, FEATURES)
-    view = store.compute(0.0)
+    store.offer(_entry(make_local, "a", rng.uniform(size=(2, 4)), costs=(0.9,), now=0.5), FEATURES)
+    view = store.compute(0.5)
     assert view is not None and view.nodes_with_cost == 4
     assert view.median_per_pod_cost == pytest.approx(0.25)
     # The child now reports a single member cost: its old member costs must not linger.
-    store.offer(child._replace(sequence=2, sent_at=2000.0, per_pod_costs=(0.5,)), FEATURES)
+    update = child._replace(sequence=2, sent_at=2000.0, received_at=1.0, per_pod_costs=(0.5,))
+    store.offer(update, FEATURES)
     view = store.compute(1.0)
     assert view is not None and sorted(view.all_costs.tolist()) == [0.5, 0.9]
-    store.expire(now=10.5)  # the child (received at 0) expires, "a" (at 5) stays
-    view = store.compute(10.5)
+    store.offer(
+        _entry(make_local, "a", rng.uniform(size=(2, 4)), costs=(0.9,), now=5.0, sequence=2),
+        FEATURES,
+    )
+    assert store.expire(now=11.5) == ["child"]  # the child (last seen at 1) expires, "a" stays
+    view = store.compute(11.5)
     assert view is not None and view.all_costs.tolist() == [0.9]
+
+
+def test_expiry_follows_arrival_order_not_first_arrival(make_local, rng) -> None:  # type: ignore[no-untyped-def]
+    """A node that reported early and again late must outlive one that reported only once."""
+    store = ModelStore(ttl=10)
+    store.offer(_entry(make_local, "early", rng.uniform(size=(2, 4)), now=0.0), FEATURES)
+    store.offer(_entry(make_local, "once", rng.uniform(size=(2, 4)), now=1.0), FEATURES)
+    store.offer(
+        _entry(make_local, "early", rng.uniform(size=(2, 4)), now=8.0, sequence=2), FEATURES
+    )
+    assert store.expire(now=11.5) == ["once"]
+    assert store.expire(now=17.9) == []
+    assert store.expire(now=18.5) == ["early"]
