@@ -381,7 +381,10 @@ def main() -> int:
             )
         for label, r in (("empty", base), ("carico", real)):
             if r.codes:
-                print(f"  note: {label} errors by status: {r.codes}")
+                print(
+                    f"  note: {label} errors by status: {r.codes} (CANCELLED: still unanswered "
+                    "15 s after the window, when the client closed its channels)"
+                )
         held = [r.senders for r in runs["aggregator"]]
         if any(h != fleet for h in held):
             print(f"  note: aggregator held {held} senders, expected {fleet}")
