@@ -89,7 +89,12 @@ class AggregatorService:
                     "over_capacity",
                     f"aggregator holds its maximum of {self.config.max_senders} senders",
                 )
+            learning = store.feature_names is None
             outcome = store.offer(entry, names)
+            if learning:
+                log.info(
+                    "feature set learned", extra={"features": list(names), "from_node": entry.node}
+                )
         except ValidationError as exc:
             outcomes["invalid"] += 1
             message = f"{request.node[:253] or '?'}: {exc}"
