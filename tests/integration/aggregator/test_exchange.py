@@ -240,3 +240,20 @@ async def test_metrics_and_health_on_the_ops_endpoint(start_aggregator, make_loc
         if line.startswith("carico_aggregator_global_model_age_seconds")
     )
     assert 0.0 <= float(age.split()[-1]) < 3600
+
+
+async def test_a_configured_feature_set_refuses_others_even_when_empty(
+    start_aggregator, make_local, rng
+) -> None:  # type: ignore[no-untyped-def]
+    agg = await start_aggregator(feature_names=("cpu", "memory"))
+    stub = agg.stub()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.Exchange(
+            make_local("n1", rng.uniform(size=(2, 4)), features=("cpu", "io")), timeout=5
+        )
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "['cpu', 'io'] differs from this aggregator's ['cpu', 'memory']" in (
+        info.value.details() or ""
+    )
+    await stub.Exchange(make_local("n2", rng.uniform(size=(2, 4))), timeout=5)
+    assert [e.node for e in agg.service.store.entries()] == ["n2"]
