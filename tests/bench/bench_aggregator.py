@@ -328,10 +328,10 @@ def summarise(runs: list[Run]) -> Summary:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="500,1000,2000,5000")
-    parser.add_argument("--duration", type=float, default=6.0, help="measured seconds per run")
+    parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument(
-        "--rounds", type=int, default=2, help="alternating runs of each server per fleet size"
+        "--rounds", type=int, default=3, help="alternating runs of each server per fleet size"
     )
     parser.add_argument("--clients", type=int, default=2, help="client processes")
     parser.add_argument(
