@@ -196,7 +196,7 @@ async def test_the_checkpoint_task_writes_on_its_interval(
     agg = await start_aggregator(checkpoint_path=path, checkpoint_interval=0.02)
     await agg.stub().Exchange(make_local("n1", rng.uniform(size=(2, 4))), timeout=5)
     await agg.wait_recomputed(1)
-    for _ in range(500):  # wait for a write that contains n1 (up to ~5 s on a loaded machine)
+    for _ in range(1000):  # wait for a write that contains n1 (up to ~10 s on a loaded machine)
         if path.exists() and json.loads(path.read_bytes())["entries"]:
             break
         await asyncio.sleep(0.01)
