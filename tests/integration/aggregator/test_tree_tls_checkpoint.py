@@ -2,6 +2,7 @@
 checkpoints survive a restart and a corrupt one is ignored."""
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -201,3 +202,35 @@ async def test_the_checkpoint_task_writes_on_its_interval(
             break
         await asyncio.sleep(0.01)
     assert json.loads(path.read_bytes())["entries"][0]["node"] == "n1"
+
+
+async def test_the_parent_link_runs_by_itself_and_brings_the_fleet_view_down(
+    start_aggregator, make_local, moment_of, rng
+) -> None:  # type: ignore[no-untyped-def]
+    root = await start_aggregator("root")
+    children = [await start_aggregator(f"child-{i}") for i in range(2)]
+    batches = [rng.uniform(size=(2, 6)) for _ in range(6)]
+    for i, batch in enumerate(batches):
+        await children[i % 2].stub().Exchange(make_local(f"n{i}", batch), timeout=5)
+    for child in children:
+        await child.wait_recomputed(3)
+    links = [ParentLink(child.service, root.address, interval=0.02) for child in children]
+    tasks = [asyncio.create_task(link.run()) for link in links]
+    try:
+        for child in children:  # wait (no timing assertion) until the whole fleet is served
+            for _ in range(1000):
+                served = child.service.served()
+                if served.aggregator == "root" and served.contributing_nodes == 6:
+                    break
+                await asyncio.sleep(0.01)
+            served = child.service.served()
+            assert served.aggregator == "root" and served.contributing_nodes == 6
+            expected = np.mean([b @ b.T / b.shape[1] for b in batches], axis=0)
+            np.testing.assert_allclose(moment_of(served), expected, atol=ATOL)
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task, link in zip(tasks, links, strict=True):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await link.close()
