@@ -23,7 +23,7 @@ from pathlib import Path
 
 from aggregator import checkpoint
 from aggregator.metrics import AggregatorMetrics
-from aggregator.store import OUTCOME_ACCEPTED, GlobalView, ModelStore
+from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
 from aggregator.validate import ValidationError, validate_local_model
 from aggregator.wire import global_message
 from protos.carico.v1 import aggregator_pb2
@@ -82,15 +82,9 @@ class AggregatorService:
         now = self.clock()
         store = self.store
         try:
-            entry, names = validate_local_model(request, store.feature_names, now)
-            if entry.node not in store and len(store) >= self.config.max_senders:
-                outcomes["over_capacity"] += 1
-                raise ExchangeRefused(
-                    "over_capacity",
-                    f"aggregator holds its maximum of {self.config.max_senders} senders",
-                )
+            entry, names = validate_local_model(request, store.feature_names, now, store.known)
             learning = store.feature_names is None
-            outcome = store.offer(entry, names)
+            outcome = store.offer(entry, names, self.config.max_senders)
             if learning:
                 log.info(
                     "feature set learned", extra={"features": list(names), "from_node": entry.node}
@@ -102,6 +96,10 @@ class AggregatorService:
             log.debug("model refused", extra={"reason": message})
             raise ExchangeRefused("invalid", message) from None
         outcomes[outcome] += 1
+        if outcome == OUTCOME_OVER_CAPACITY:
+            raise ExchangeRefused(
+                outcome, f"aggregator holds its maximum of {self.config.max_senders} senders"
+            )
         if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
             self._wake.set()
         return self._reply

@@ -19,7 +19,7 @@ and restores its entries.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +29,7 @@ from carico.subspace import FloatArray
 
 OUTCOME_ACCEPTED = "accepted"
 OUTCOME_STALE = "stale"  # older than the entry already held for that node: ignored
+OUTCOME_OVER_CAPACITY = "over_capacity"  # a new sender while the store is full: refused
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,20 @@ class ModelStore:
 
     # -- changes ------------------------------------------------------------------------------
 
-    def offer(self, entry: NodeEntry, feature_names: tuple[str, ...]) -> str:
+    @property
+    def known(self) -> Mapping[str, NodeEntry]:
+        """The entries by sender name (a live read-only view)."""
+        return self._entries
+
+    def offer(
+        self, entry: NodeEntry, feature_names: tuple[str, ...], max_senders: int | None = None
+    ) -> str:
         """Keep ``entry`` if it is newer than what ``entry.node`` sent before.
 
         A report is older when both its sequence number and its timestamp are not above the held
         one's; an agent that restarts (sequence back to 0, later timestamp) is therefore accepted.
-        Raises ``ValidationError`` (and changes nothing) on a different feature set.
+        A new sender is refused while ``max_senders`` are held. Raises ``ValidationError`` (and
+        changes nothing) on a different feature set.
         """
         if self._features is None:
             self._features = feature_names
@@ -113,7 +122,10 @@ class ModelStore:
                 f"{list(self._features)}"
             )
         held = self._entries.get(entry.node)
-        if held is not None and entry.sequence <= held.sequence and entry.sent_at <= held.sent_at:
+        if held is None:
+            if max_senders is not None and len(self._entries) >= max_senders:
+                return OUTCOME_OVER_CAPACITY
+        elif entry.sequence <= held.sequence and entry.sent_at <= held.sent_at:
             return OUTCOME_STALE
         if held is not None:
             del self._entries[entry.node]  # re-insert: the dict stays in order of arrival

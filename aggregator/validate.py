@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from math import isfinite
 from operator import mul
 from typing import NamedTuple
@@ -104,10 +104,36 @@ def check_factor(d: int, r: int, u: Sequence[float], sigma: Sequence[float]) -> 
         raise ValidationError(f"U has {len(u)} values, expected d*r = {d}*{r} = {d * r}")
     if len(sigma) != r:
         raise ValidationError(f"sigma has {len(sigma)} values, expected r = {r}")
-    if d * r <= _SMALL_FACTOR:
+    if d == 2 and r == 2:
+        _check_factor_2x2(u, sigma)
+    elif d * r <= _SMALL_FACTOR:
         _check_factor_small(d, r, u, sigma)
     else:
         _check_factor_numpy(d, r, u, sigma)
+
+
+_SQRT2_LIMIT = math.sqrt(2.0) * (1.0 + SIGMA_RANGE_RTOL)
+
+
+def _check_factor_2x2(u: Sequence[float], sigma: Sequence[float]) -> None:
+    """The default two-feature, full-rank case, unrolled: no loops, no temporaries.
+
+    Whatever it does not accept outright goes through the general path, which decides and
+    produces the detailed message.
+    """
+    a, b, c, e = u  # rows (a, b) and (c, e)
+    s0, s1 = sigma
+    if (
+        isfinite(a + b + c + e + s0 + s1)
+        and s0 >= 0.0
+        and 0.0 <= s1 <= s0 + ORTHONORMAL_ATOL * (s0 if s0 > 1.0 else 1.0)
+        and s0 <= _SQRT2_LIMIT
+        and abs(a * a + c * c - 1.0) <= ORTHONORMAL_ATOL
+        and abs(b * b + e * e - 1.0) <= ORTHONORMAL_ATOL
+        and abs(a * b + c * e) <= ORTHONORMAL_ATOL
+    ):
+        return
+    _check_factor_small(2, 2, u, sigma)
 
 
 def _sigma_limit(d: int) -> float:
@@ -200,15 +226,19 @@ def validate_local_model(
     message: aggregator_pb2.LocalModel,
     expected_features: tuple[str, ...] | None,
     received_at: float,
+    known_nodes: Container[str] = (),
 ) -> tuple[NodeEntry, tuple[str, ...]]:
     """Check ``message``; return the entry to store and its feature names.
 
     With ``expected_features`` set, a model over any other feature set is refused (naming both),
-    so that two parties never mix dimensions. Every protobuf field is read once: each access
-    crosses into the protobuf runtime.
+    so that two parties never mix dimensions. Names in ``known_nodes`` passed this check before
+    and are not matched again. Every protobuf field is read once: each access crosses into the
+    protobuf runtime.
     """
     node = message.node
-    if len(node) > MAX_NODE_NAME or _NODE_NAME.fullmatch(node) is None:
+    if node not in known_nodes and (
+        len(node) > MAX_NODE_NAME or _NODE_NAME.fullmatch(node) is None
+    ):
         check_node_name(node)
     timestamp = message.timestamp
     if not 0.0 <= timestamp < math.inf:

@@ -59,6 +59,7 @@ class _Empty(aggregator_pb2_grpc.AggregatorServicer):
 
 async def _serve(kind: str, conn: Connection) -> None:
     service: AggregatorService | None = None
+    recompute_time = [0.0, 0]  # seconds spent recomputing, recomputations
     if kind == "baseline":
         server = grpc.aio.server()
         aggregator_pb2_grpc.add_AggregatorServicer_to_server(_Empty(), server)
@@ -66,6 +67,15 @@ async def _serve(kind: str, conn: Connection) -> None:
         await server.start()
     else:
         service = AggregatorService(AggregatorConfig(name="bench"), AggregatorMetrics())
+        untimed = service.recompute
+
+        def timed_recompute() -> None:
+            began = time.perf_counter()
+            untimed()
+            recompute_time[0] += time.perf_counter() - began
+            recompute_time[1] += 1
+
+        service.recompute = timed_recompute  # type: ignore[method-assign]
         await service.start()
         server, port = await start_grpc_server(service, "127.0.0.1:0")
     conn.send(port)
@@ -87,7 +97,16 @@ async def _serve(kind: str, conn: Connection) -> None:
     await server.stop(None)
     if service is not None:
         await service.stop()
-    conn.send({"senders": senders, "cpu": window_cpu[1] - window_cpu[0]})
+    work: dict[str, float] = {}
+    if service is not None:
+        latency = service.metrics.exchange_latency
+        work = {
+            "handler_s": latency.sum,
+            "calls": latency.count,
+            "recompute_s": recompute_time[0],
+            "recomputes": recompute_time[1],
+        }
+    conn.send({"senders": senders, "cpu": window_cpu[1] - window_cpu[0], **work})
 
 
 def _server_main(kind: str, conn: Connection, profile: str | None) -> None:
@@ -232,6 +251,7 @@ class Run:
     server_cpu: float
     senders: int
     duration: float
+    work: dict[str, float]
 
 
 def run_once(
@@ -293,6 +313,7 @@ def run_once(
         server_cpu=float(stats["cpu"]),
         senders=int(stats["senders"]),
         duration=duration,
+        work={k: float(v) for k, v in stats.items() if k not in ("senders", "cpu")},
     )
 
 
@@ -385,6 +406,15 @@ def main() -> int:
                     f"  note: {label} errors by status: {r.codes} (CANCELLED: still unanswered "
                     "15 s after the window, when the client closed its channels)"
                 )
+        work = [r.work for r in runs["aggregator"]]
+        calls = sum(w["calls"] for w in work)
+        recomputes = sum(w["recomputes"] for w in work)
+        print(
+            f"  carico's own work: {1e6 * sum(w['handler_s'] for w in work) / calls:.1f} us per "
+            f"call inside the handler (validation, store); "
+            f"{1e3 * sum(w['recompute_s'] for w in work) / max(1, recomputes):.2f} ms per "
+            f"background recompute ({recomputes} recomputes)"
+        )
         held = [r.senders for r in runs["aggregator"]]
         if any(h != fleet for h in held):
             print(f"  note: aggregator held {held} senders, expected {fleet}")

@@ -8,6 +8,7 @@ import pytest
 from aggregator.validate import (
     MAX_WEIGHT,
     ValidationError,
+    _check_factor_2x2,
     _check_factor_numpy,
     _check_factor_small,
     check_factor,
@@ -182,3 +183,27 @@ def test_dimension_and_rank_ranges() -> None:
         check_factor(65, 1, [1.0] + [0.0] * 64, [0.5])
     with pytest.raises(ValidationError, match="d=0 out of range"):
         check_factor(0, 0, [], [])
+
+
+def test_the_unrolled_2x2_check_never_accepts_what_the_general_one_refuses(
+    rng: np.random.Generator,
+) -> None:
+    """Perturbations straddling the tolerances: both paths reach the same verdict."""
+    seen = set()
+    for _ in range(2000):
+        u, s = _random_factor(rng, 2, 2)
+        scale = 10.0 ** rng.uniform(-9, -4)  # straddles the 1e-6 tolerance
+        u = [x + scale * float(rng.normal()) for x in u]
+        s = [x + scale * float(rng.normal()) for x in s]
+        if rng.uniform() < 0.1:
+            s = [math.sqrt(2) * (1 + float(rng.uniform(-1e-8, 1e-8))), s[1] * 0.1]
+        verdicts = []
+        for check in (_check_factor_2x2, _check_factor_small):
+            try:
+                check(*(() if check is _check_factor_2x2 else (2, 2)), u, s)  # type: ignore[operator]
+                verdicts.append(True)
+            except ValidationError:
+                verdicts.append(False)
+        assert verdicts[0] == verdicts[1], (u, s)
+        seen.add(verdicts[0])
+    assert seen == {True, False}  # the perturbations really straddle the tolerances
