@@ -7,8 +7,9 @@ layer turns it into ``INVALID_ARGUMENT``. The checkpoint loader reuses the same 
 
 The aggregator validates thousands of models a second, so for the usual small factors (d·r ≤ 64)
 the checks run as plain Python loops: for a 2×2 factor that is several times cheaper than the
-fixed overhead of a handful of numpy calls. Larger factors take the vectorised path; both paths
-apply the same rules (a test compares them).
+fixed overhead of a handful of numpy calls, and the default two-feature full-rank factor has an
+unrolled check of its own. Larger factors take the vectorised path; all paths apply the same
+rules (tests compare them).
 """
 
 from __future__ import annotations
