@@ -68,13 +68,20 @@ def _host_port(text: str) -> tuple[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     arg = parser.add_argument_group("service")
-    add_env_argument(arg, "--listen", default="0.0.0.0:7070", help="gRPC address to serve on")
+    add_env_argument(
+        arg,
+        "--listen",
+        default="0.0.0.0:7070",
+        metavar="HOST:PORT",
+        help="gRPC address to serve on",
+    )
     add_env_argument(
         arg,
         "--ops-listen",
         default="0.0.0.0:9470",
         type=_host_port,
-        help="HOST:PORT of the HTTP endpoint for /metrics, /healthz, /readyz",
+        metavar="HOST:PORT",
+        help="HTTP endpoint for /metrics, /healthz, /readyz",
     )
     add_env_argument(
         arg,
