@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 
-from carico.cliargs import add_env_argument, add_env_flag, env_name, parse_bool
+from carico.cliargs import add_env_argument, add_env_flag
 from carico.logs import add_logging_arguments, configure_logging
 
 log = logging.getLogger("agent")
@@ -111,17 +111,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_flag(
         g, "--standalone", help="run on this machine without servers; print JSON reports to stdout"
     )
-    # Not add_env_flag: argparse's BooleanOptionalAction reads any "--no-" flag as "false".
-    env = env_name("--no-kube")
-    try:
-        no_kube_default = parse_bool(os.environ.get(env, "false"))
-    except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"invalid {env} for --no-kube: {exc}") from exc
-    g.add_argument(
+    add_env_flag(
+        g,
         "--no-kube",
-        action="store_true",
-        default=no_kube_default,
-        help=f"do not watch pods in Kubernetes (pod count from the source or 0) (env {env})",
+        help="do not watch pods in Kubernetes (pod count from the source or 0)",
     )
     add_env_argument(g, "--kubeconfig", default="", help="kubeconfig file (default: in-cluster)")
     add_env_argument(
