@@ -1,11 +1,12 @@
 """The capacity table: the latest valid report per node, reservations, and per-node verdicts.
 
 Reports arrive from the agents' gRPC streams (``grpc_server``); reservations come from the
-``ledger``. Every change of a node's report or reservation count recomputes that node's *verdict*
-(free = avail − reserved, pass/fail against the threshold, the human-readable reason), so that
-filter and prioritize do one dictionary lookup per candidate instead of arithmetic and string
-formatting (DESIGN §4.2). Staleness depends on time, so a verdict carries ``fresh_until`` and the
-caller compares it with its clock.
+``ledger``. Every change of a node's report or reservation count recomputes that node's *verdict*:
+``free[node]`` = avail − reserved and, when it is below the threshold, ``failing[node]`` = the
+human-readable reason. Filter and prioritize then work with set operations and C-level maps over
+these dictionaries instead of per-node Python arithmetic and string formatting (DESIGN §4.2).
+Staleness depends on time: nodes are kept in the order of their last report, so "is anything
+stale?" is one comparison with the oldest, and the stale set is only walked when it is not empty.
 
 Ordering rules for reports: within one stream the sequence must increase (a repeat is a duplicate,
 a lower one out of order; both are ignored and counted). A report from a *different* stream than the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import enum
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
@@ -123,16 +125,6 @@ def fmt(x: float) -> str:
     return f"{x:.2f}".rstrip("0").rstrip(".")
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A node's precomputed filter answer; valid until ``fresh_until`` on the table's clock."""
-
-    free: float
-    passes: bool
-    reason: str
-    fresh_until: float
-
-
 @dataclass(frozen=True)
 class Thresholds:
     threshold: float = 1.0  # a node passes when avail - reserved >= threshold
@@ -146,9 +138,11 @@ class CapacityTable:
         self._reports: dict[str, NodeReport] = {}
         self._streams: dict[str, Hashable] = {}
         self._reserved: dict[str, int] = {}
-        # Read without the lock by the hot path: a dict lookup is atomic, and entries are replaced
-        # whole, never mutated.
-        self.verdicts: dict[str, Verdict] = {}
+        # The verdicts, read without the lock by the hot path (single dict operations are atomic).
+        self.free: dict[str, float] = {}
+        self.failing: dict[str, str] = {}
+        # Node -> receive time, oldest first (a report moves its node to the end).
+        self._received: OrderedDict[str, float] = OrderedDict()
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -184,6 +178,8 @@ class CapacityTable:
                     )
             self._reports[msg.node] = NodeReport.from_message(msg, now)
             self._streams[msg.node] = stream
+            self._received[msg.node] = now
+            self._received.move_to_end(msg.node)
             self._recompute(msg.node)
             return Ingest.ACCEPTED, ""
 
@@ -201,7 +197,8 @@ class CapacityTable:
             for node in gone:
                 del self._reports[node]
                 self._streams.pop(node, None)
-                self.verdicts.pop(node, None)
+                self._received.pop(node, None)
+                self._recompute(node)
             return gone
 
     # -- reservations (called by the ledger, under the lock) --------------------------------
@@ -229,20 +226,37 @@ class CapacityTable:
     def _recompute(self, node: str) -> None:
         report = self._reports.get(node)
         if report is None:
-            self.verdicts.pop(node, None)
+            self.free.pop(node, None)
+            self.failing.pop(node, None)
             return
         reserved = self._reserved.get(node, 0)
         free = report.avail - reserved
         threshold = self.thresholds.threshold
-        passes = free >= threshold
-        reason = (
-            ""
-            if passes
-            else f"carico: avail {fmt(report.avail)} - reserved {reserved} < {fmt(threshold)}"
-        )
-        self.verdicts[node] = Verdict(
-            free, passes, reason, report.received_at + self.thresholds.stale_after
-        )
+        self.free[node] = free
+        if free >= threshold:
+            self.failing.pop(node, None)
+        else:
+            self.failing[node] = (
+                f"carico: avail {fmt(report.avail)} - reserved {reserved} < {fmt(threshold)}"
+            )
+
+    def is_fresh(self, node: str, now: float) -> bool:
+        received = self._received.get(node)
+        return received is not None and now - received < self.thresholds.stale_after
+
+    def stale_nodes(self, now: float) -> set[str]:
+        """Nodes whose last report is at least ``stale_after`` old (usually none: O(1) then)."""
+        limit = now - self.thresholds.stale_after
+        received = self._received
+        if not received:
+            return set()
+        with self.lock:
+            stale: set[str] = set()
+            for node, at in received.items():
+                if at > limit:
+                    break
+                stale.add(node)
+            return stale
 
     def nodes(self) -> Iterable[str]:
         return list(self._reports)

@@ -11,12 +11,16 @@
   fail-closed: the node fails as unresolvable, since preempting pods there cannot help).
 
 Pure logic: the clock is passed in and nothing here does I/O. The per-node work is one dictionary
-lookup into precomputed verdicts. Neighbours: ``capacity`` (verdicts), ``service`` (callers).
+set operations and C-level maps over precomputed verdicts. Neighbours: ``capacity`` (verdicts),
+``service`` (callers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import filterfalse, repeat
+
+import numpy as np
 
 from scheduler_ext.capacity import CapacityTable, fmt
 from scheduler_ext.ledger import StaleData
@@ -74,100 +78,80 @@ class Decider:
             f" (stale after {fmt(self.table.thresholds.stale_after)}s)"
         )
 
+    def _unknown(self, names: set[str], now: float) -> tuple[set[str], int, int]:
+        """The candidates decided by the stale-data policy, and how many are stale / missing."""
+        missing = names.difference(self.table.free)
+        stale = self.table.stale_nodes(now)
+        stale_here = names.intersection(stale) if stale else set()
+        return missing | stale_here, len(stale_here), len(missing)
+
     def filter(self, pod: PodFacts, names: list[str], now: float) -> FilterDecision:
         exempt = self.exemptions.reason(pod)
         if exempt is not None:
             return FilterDecision(list(names), {}, {}, exempt=exempt)
-        verdicts = self.table.verdicts
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unknown: list[str] = []
-        stale = 0
-        for name in names:
-            v = verdicts.get(name)
-            if v is None or now >= v.fresh_until:
-                unknown.append(name)
-            elif v.passes:
-                passed.append(name)
-            else:
-                failed[name] = v.reason
+        candidates = set(names)
+        failing = self.table.failing
+        failing_here = candidates.intersection(failing)
+        unknown, stale, missing = self._unknown(candidates, now)
+        if not failing_here and not unknown:
+            return FilterDecision(list(names), {}, {})
+        failing_here -= unknown  # the policy, not old data, decides for those
+        failed = {n: failing[n] for n in failing_here}
         unresolvable: dict[str, str] = {}
-        missing = 0
-        if unknown:
-            for name in unknown:
-                if name in verdicts:
-                    stale += 1
-                else:
-                    missing += 1
-            if self.stale_policy is StaleData.FAIL_OPEN:
-                # Keep the input order so the reply is a stable subsequence of the request.
-                if len(unknown) == len(names):
-                    passed = list(names)
-                else:
-                    keep = set(unknown)
-                    keep.update(passed)
-                    passed = [n for n in names if n in keep]
-            else:
-                unresolvable = {n: self._stale_reason(n, now) for n in unknown}
+        excluded = failing_here
+        if unknown and self.stale_policy is StaleData.FAIL_CLOSED:
+            unresolvable = {n: self._stale_reason(n, now) for n in unknown}
+            excluded = failing_here | unknown
+        # Keep the input order, so the reply is a subsequence of the request.
+        passed = list(filterfalse(excluded.__contains__, names))
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
 
     def prioritize(self, pod: PodFacts, names: list[str], now: float) -> PrioritizeDecision:
-        if self.exemptions.reason(pod) is not None:
-            return PrioritizeDecision(
-                [HostPriority(n, 0) for n in names], exempt=self.exemptions.reason(pod)
-            )
-        verdicts = self.table.verdicts
-        frees: list[float] = []
-        stale = missing = 0
-        for name in names:
-            v = verdicts.get(name)
-            if v is None:
-                missing += 1
-                frees.append(-1.0)
-            elif now >= v.fresh_until:
-                stale += 1
-                frees.append(-1.0)
-            else:
-                frees.append(v.free)
-        best = max(frees, default=0.0)
+        exempt = self.exemptions.reason(pod)
+        if exempt is not None:
+            return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
+        if not names:
+            return PrioritizeDecision([])
+        unknown, stale, missing = self._unknown(set(names), now)
+        # Vectorised: this runs for every pod over up to thousands of candidates.
+        free = self.table.free
+        frees = np.fromiter(map(free.get, names, repeat(-1.0)), dtype=float, count=len(names))
+        if stale:
+            frees[[i for i, n in enumerate(names) if n in unknown]] = -1.0
+        best = float(frees.max())
         if best <= 0:
-            scores = [HostPriority(n, 0) for n in names]
+            scores = [0] * len(names)
         else:
-            scale = MAX_SCORE / best
             # floor(x + 0.5) rounds halves up; negative frees (and unknown nodes) clamp to 0.
-            scores = [
-                HostPriority(n, int(f * scale + 0.5) if f > 0 else 0)
-                for n, f in zip(names, frees, strict=True)
-            ]
-        return PrioritizeDecision(scores, stale=stale, missing=missing)
+            scaled = np.floor(frees * (MAX_SCORE / best) + 0.5)
+            scores = np.clip(scaled, 0, MAX_SCORE).astype(np.int64).tolist()
+        return PrioritizeDecision(
+            list(map(HostPriority, names, scores)), stale=stale, missing=missing
+        )
 
     def preempt(
         self, pod: PodFacts, victims: dict[str, MetaVictims], now: float
     ) -> PreemptDecision:
         if (exempt := self.exemptions.reason(pod)) is not None:
             return PreemptDecision(dict(victims), exempt=exempt)
-        verdicts = self.table.verdicts
+        free = self.table.free
         threshold = self.table.thresholds.threshold
+        unknown, stale, missing = self._unknown(set(victims), now)
         kept: dict[str, MetaVictims] = {}
         dropped: dict[str, str] = {}
-        stale = missing = 0
         for node, meta in victims.items():
-            v = verdicts.get(node)
-            if v is None or now >= v.fresh_until:
-                if v is None:
-                    missing += 1
-                else:
-                    stale += 1
+            if node in unknown:
                 if self.stale_policy is StaleData.FAIL_OPEN:
                     kept[node] = meta
                 else:
                     dropped[node] = self._stale_reason(node, now)
                 continue
             freed = len([p for p in meta.Pods or () if p is not None])
-            if v.free + freed >= threshold:
+            if free[node] + freed >= threshold:
                 kept[node] = meta
             else:
                 dropped[node] = (
-                    f"carico: avail - reserved {fmt(v.free)} + {freed} victim(s) < {fmt(threshold)}"
+                    f"carico: avail - reserved {fmt(free[node])} + {freed} victim(s)"
+                    f" < {fmt(threshold)}"
                 )
         return PreemptDecision(kept, dropped, stale=stale, missing=missing)

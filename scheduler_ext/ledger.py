@@ -113,23 +113,20 @@ class Ledger:
                 )
             stale = ""
             if check:
-                verdict = self.table.verdicts.get(node)
-                if verdict is None or now >= verdict.fresh_until:
-                    stale = "missing" if verdict is None else "stale"
+                free = self.table.free.get(node)
+                if free is None or not self.table.is_fresh(node, now):
+                    stale = "missing" if free is None else "stale"
                     if self.stale_policy is StaleData.FAIL_CLOSED:
                         return ReserveResult(
                             False, f"carico: no fresh capacity data for node {node}", stale
                         )
-                else:
-                    free = verdict.free
-                    if free < self.table.thresholds.threshold:
-                        reserved = self.table.reserved(node)
-                        avail = free + reserved
-                        return ReserveResult(
-                            False,
-                            f"carico: avail {fmt(avail)} - reserved {reserved}"
-                            f" < {fmt(self.table.thresholds.threshold)}",
-                        )
+                elif free < self.table.thresholds.threshold:
+                    reserved = self.table.reserved(node)
+                    return ReserveResult(
+                        False,
+                        f"carico: avail {fmt(free + reserved)} - reserved {reserved}"
+                        f" < {fmt(self.table.thresholds.threshold)}",
+                    )
             if current is not None:
                 self._drop(current, Release.RELEASED)
             self._by_key[facts.key] = Reservation(facts.key, facts.uid, node, now)

@@ -170,8 +170,8 @@ class ExtenderService:
         else:
             raw_list: wire.RawNodeList | msgspec.Raw
             if len(d.passed) == len(names):
-                whole = _decode(_decode_nodes_whole, body)
-                assert isinstance(whole, _NodesWhole)
+                whole = _decode(wire.decode_nodes_whole, body)
+                assert isinstance(whole, wire.NodesWhole)
                 raw_list = whole.Nodes
             else:
                 raws = _decode(wire.decode_nodes_raw, body)
@@ -317,10 +317,3 @@ class ExtenderService:
         finally:
             watch.cancel()
             await asyncio.gather(watch, return_exceptions=True)
-
-
-class _NodesWhole(msgspec.Struct):
-    Nodes: msgspec.Raw
-
-
-_decode_nodes_whole = msgspec.json.Decoder(_NodesWhole).decode

@@ -72,6 +72,12 @@ class NodesRawOnly(msgspec.Struct):
     Nodes: NodeListRaw | None = None
 
 
+class NodesWhole(msgspec.Struct):
+    """The ``Nodes`` value kept as raw bytes: echoed back when every node passes."""
+
+    Nodes: msgspec.Raw
+
+
 class ExtenderBindingArgs(msgspec.Struct):
     PodName: str = ""
     PodNamespace: str = ""
@@ -154,6 +160,7 @@ class ErrorResult(msgspec.Struct):
 # Decoders and the encoder are built once: msgspec caches the type plans inside them.
 decode_args = msgspec.json.Decoder(ExtenderArgs).decode
 decode_nodes_raw = msgspec.json.Decoder(NodesRawOnly).decode
+decode_nodes_whole = msgspec.json.Decoder(NodesWhole).decode
 decode_binding = msgspec.json.Decoder(ExtenderBindingArgs).decode
 decode_preemption = msgspec.json.Decoder(ExtenderPreemptionArgs).decode
 encode = msgspec.json.Encoder().encode
