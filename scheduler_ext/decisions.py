@@ -5,7 +5,8 @@
 * prioritize: score = round(10 · (avail − reserved) / best), clamped to 0..10, where best is the
   largest avail − reserved among the fresh candidates.
 * preempt: a node stays a candidate only if avail − reserved plus one pod-unit per victim reaches
-  the threshold; its victims are then passed back unchanged.
+  the threshold; its victims are then passed back unchanged. A node with no victims is never
+  passed back (kube-scheduler rejects that answer).
 * exempt pods (see ``pods``) pass every node, score 0 everywhere and keep every preemption
   candidate; stale or missing data follows the stale-data policy (fail-open: pass, score 0;
   fail-closed: the node fails as unresolvable, since preempting pods there cannot help).
@@ -28,6 +29,7 @@ from scheduler_ext.pods import ExemptionPolicy, PodFacts
 from scheduler_ext.wire import HostPriority, MetaVictims
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
+NO_VICTIMS = "carico: no victims given for this node"
 
 
 @dataclass
@@ -132,13 +134,18 @@ class Decider:
     def preempt(
         self, pod: PodFacts, victims: dict[str, MetaVictims], now: float
     ) -> PreemptDecision:
+        # kube-scheduler treats a node returned with no victims as an error (unless the extender
+        # is ignorable), so such nodes are never passed back.
+        empty = {n: NO_VICTIMS for n, m in victims.items() if not any(p for p in m.Pods or ())}
+        if empty:
+            victims = {n: m for n, m in victims.items() if n not in empty}
         if (exempt := self.exemptions.reason(pod)) is not None:
-            return PreemptDecision(dict(victims), exempt=exempt)
+            return PreemptDecision(dict(victims), empty, exempt=exempt)
         free = self.table.free
         threshold = self.table.thresholds.threshold
         unknown, stale, missing = self._unknown(set(victims), now)
         kept: dict[str, MetaVictims] = {}
-        dropped: dict[str, str] = {}
+        dropped: dict[str, str] = dict(empty)
         for node, meta in victims.items():
             if node in unknown:
                 if self.stale_policy is StaleData.FAIL_OPEN:

@@ -70,8 +70,8 @@ def test_exempt_pods_pass_untouched(make_report: MakeReport, pod: PodFacts, reas
     assert result.passed == ["full", "nodata"] and result.failed == {}
     scores = d.prioritize(pod, ["full"], now=1.0)
     assert scores.exempt == reason and scores.scores == [HostPriority("full", 0)]
-    victims = {"full": MetaVictims([MetaPod("v")])}
-    assert d.preempt(pod, victims, now=1.0).kept == victims
+    victims = {"full": MetaVictims([MetaPod("v")]), "none": MetaVictims([], 0)}
+    assert d.preempt(pod, victims, now=1.0).kept == {"full": victims["full"]}
 
 
 def test_ordinary_pods_are_not_exempt() -> None:
@@ -144,7 +144,7 @@ def test_preempt_counts_one_unit_per_victim(make_report: MakeReport) -> None:
     result = d.preempt(POD, victims, now=1.0)
     assert result.kept == {"a": victims["a"]}  # passed back unchanged
     assert result.dropped == {
-        "b": "carico: avail - reserved 0.3 + 0 victim(s) < 1",
+        "b": "carico: no victims given for this node",
         "c": "carico: avail - reserved -2 + 2 victim(s) < 1",
     }
 
