@@ -78,12 +78,18 @@ def parse_pod_list(body: bytes) -> tuple[list[PodState], str]:
     return pods, (parsed.metadata or ListMeta()).resourceVersion
 
 
+def event_object(event: dict[str, Any]) -> dict[str, Any]:
+    obj = event.get("object", event.get("raw_object"))
+    return obj if isinstance(obj, dict) else {}
+
+
 def parse_watch_event(event: dict[str, Any]) -> PodState | None:
     """A PodState from a raw watch event; None for bookmarks and unknown types."""
     kind = event.get("type")
     if kind not in ("ADDED", "MODIFIED", "DELETED"):
         return None
-    pod = msgspec.convert(event["raw_object"], ApiPod)
+    # Watch.stream(deserialize=False) yields the parsed line: {"type", "object"}.
+    pod = msgspec.convert(event_object(event), ApiPod)
     return pod_state(pod, deleted=kind == "DELETED")
 
 
@@ -126,6 +132,8 @@ class KubernetesCluster:
     def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
         c = self._client
         body = c.V1Binding(
+            api_version="v1",
+            kind="Binding",
             metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
             target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
@@ -183,14 +191,19 @@ class KubernetesCluster:
                         state = parse_watch_event(event)
                         if state is not None:
                             loop.call_soon_threadsafe(on_event, state)
-                        meta = (event.get("raw_object") or {}).get("metadata") or {}
+                        meta = event_object(event).get("metadata") or {}
                         version = meta.get("resourceVersion") or version
             except Exception as exc:
                 # 410 Gone (history compacted) and connection failures alike: relist, since
                 # events may have been missed; reconcile() repairs the ledger from the list.
                 if self._stop.is_set():
                     return
-                log.warning("pod watch failed, relisting: %s", exc)
+                if isinstance(exc, KeyError):
+                    # The client's own ERROR-event branch (410 Gone) expects a key that
+                    # deserialize=False does not provide; either way the answer is to relist.
+                    log.info("pod watch got an error event (history expired?), relisting")
+                else:
+                    log.warning("pod watch failed, relisting: %s", exc)
                 self._stop.wait(RETRY_SECONDS)
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:

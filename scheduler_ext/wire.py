@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import msgspec
 
+# Structs made by the thousand per request (one per node) are not tracked by the garbage collector
+# (``gc=False``): they hold only strings and numbers, so they cannot form cycles, and tracking
+# them would trigger collections on every large request.
+
 # -- request side: the parts of a v1.Pod the decisions look at ---------------------------------
 
 
-class OwnerReference(msgspec.Struct):
+class OwnerReference(msgspec.Struct, gc=False):
     kind: str = ""
     controller: bool | None = None
 
@@ -40,11 +44,11 @@ class Pod(msgspec.Struct):
     spec: PodSpec | None = None
 
 
-class NodeMeta(msgspec.Struct):
+class NodeMeta(msgspec.Struct, gc=False):
     name: str = ""
 
 
-class NodeNameOnly(msgspec.Struct):
+class NodeNameOnly(msgspec.Struct, gc=False):
     metadata: NodeMeta | None = None
 
 
@@ -94,7 +98,7 @@ class Victims(msgspec.Struct):
     NumPDBViolations: int = 0
 
 
-class MetaPod(msgspec.Struct):
+class MetaPod(msgspec.Struct, gc=False):
     UID: str = ""
 
 
@@ -138,7 +142,7 @@ class FilterResultNodes(msgspec.Struct):
     NodeNames: None = None
 
 
-class HostPriority(msgspec.Struct):
+class HostPriority(msgspec.Struct, gc=False):
     Host: str
     Score: int
 

@@ -128,11 +128,11 @@ def test_pod_list_and_watch_events_from_the_api() -> None:
 
     running = {**POD, "spec": {**POD["spec"], "nodeName": "n7"}, "status": {"phase": "Running"}}
     # Leaving the field selector arrives as DELETED carrying the new state.
-    event = parse_watch_event({"type": "DELETED", "raw_object": running})
+    event = parse_watch_event({"type": "DELETED", "object": running})
     assert event is not None and event.deleted and event.phase == "Running" and event.node == "n7"
-    modified = parse_watch_event({"type": "MODIFIED", "raw_object": running})
+    modified = parse_watch_event({"type": "MODIFIED", "object": running})
     assert modified is not None and not modified.deleted
-    bookmark = {"type": "BOOKMARK", "raw_object": {"metadata": {"resourceVersion": "9"}}}
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}
     assert parse_watch_event(bookmark) is None
 
 
