@@ -114,19 +114,27 @@ class Decider:
             return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
         if not names:
             return PrioritizeDecision([])
-        unknown, stale, missing = self._unknown(set(names), now)
-        # Vectorised: this runs for every pod over up to thousands of candidates.
+        # Vectorised: this runs for every pod over up to thousands of candidates. A node without
+        # a report reads as NaN; stale nodes (rare: only when some agent stopped) are masked.
         free = self.table.free
-        frees = np.fromiter(map(free.get, names, repeat(-1.0)), dtype=float, count=len(names))
-        if stale:
-            frees[[i for i, n in enumerate(names) if n in unknown]] = -1.0
+        frees = np.fromiter(map(free.get, names, repeat(np.nan)), dtype=float, count=len(names))
+        unknown = np.isnan(frees)
+        missing = int(np.count_nonzero(unknown))
+        stale_nodes = self.table.stale_nodes(now)
+        stale = 0
+        if stale_nodes:
+            is_stale = np.fromiter(map(stale_nodes.__contains__, names), dtype=bool)
+            stale = int(np.count_nonzero(is_stale))
+            unknown |= is_stale
+        if missing or stale:
+            frees[unknown] = -1.0
         best = float(frees.max())
         if best <= 0:
             scores = [0] * len(names)
         else:
             # floor(x + 0.5) rounds halves up; negative frees (and unknown nodes) clamp to 0.
             scaled = np.floor(frees * (MAX_SCORE / best) + 0.5)
-            scores = np.clip(scaled, 0, MAX_SCORE).astype(np.int64).tolist()
+            scores = scaled.clip(0, MAX_SCORE).astype(np.int64).tolist()
         return PrioritizeDecision(
             list(map(HostPriority, names, scores)), stale=stale, missing=missing
         )
