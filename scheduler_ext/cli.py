@@ -174,7 +174,13 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
         else:
             from scheduler_ext.kube import KubernetesCluster
 
-            cluster = KubernetesCluster(args.kubeconfig, workers=args.api_workers)
+            try:
+                cluster = KubernetesCluster(args.kubeconfig, workers=args.api_workers)
+            except Exception as exc:  # the client raises its own ConfigException, files errors...
+                raise ValueError(
+                    f"cannot load Kubernetes credentials ({exc}); "
+                    "give --kubeconfig, run in a pod, or use --no-kube"
+                ) from exc
     service = ExtenderService(cluster, settings_from(args))
     ssl_context = server_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
     grpc_creds = (

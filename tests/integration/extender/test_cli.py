@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
+import pytest
 
 from carico.tls import make_ca, make_leaf, write_pair
 from protos.carico.v1 import capacity_pb2_grpc
@@ -148,3 +149,19 @@ async def test_no_kube_process_serves_and_stops_cleanly(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.slow  # imports the kubernetes client, seconds on a busy machine
+def test_missing_kubernetes_credentials_are_a_clear_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
+    env.update({"HOME": str(tmp_path), "KUBECONFIG": ""})
+    done = subprocess.run(
+        [sys.executable, "-m", "carico.cli", "extender", "--port=0", "--grpc-port=0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "cannot load Kubernetes credentials" in done.stderr
+    assert "--no-kube" in done.stderr
