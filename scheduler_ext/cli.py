@@ -112,6 +112,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_env_argument(
         rules,
+        "--forget-after",
+        type=_positive,
+        default=3600.0,
+        help="seconds without a report after which a node is dropped from the table "
+        "(deleted nodes); until then it is only stale",
+    )
+    add_env_argument(
+        rules,
         "--explain-pods",
         type=int,
         default=1024,
@@ -151,6 +159,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         stale_policy=StaleData(args.stale_policy),
         excluded_namespaces=namespaces,
         reservation_ttl=args.reservation_ttl,
+        forget_after=args.forget_after,
         explain_pods=args.explain_pods,
     )
 

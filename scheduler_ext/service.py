@@ -268,7 +268,7 @@ class ExtenderService:
             nc["bind", "reserved"].inc()
         try:
             await self.cluster.bind(facts, args.Node)
-        except (BindError, Exception) as exc:
+        except Exception as exc:
             # Any failure, expected or not, must give the unit back and reach the scheduler.
             if exempt is None:
                 self.ledger.undo(facts, args.Node)

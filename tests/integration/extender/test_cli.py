@@ -40,6 +40,7 @@ FLAGS = [
     "--stale-policy",
     "--excluded-namespaces",
     "--reservation-ttl",
+    "--forget-after",
     "--explain-pods",
     "--no-kube",
     "--kubeconfig",
