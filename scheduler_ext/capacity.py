@@ -25,8 +25,11 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from protos.carico.v1 import capacity_pb2
 
+INITIAL_SLOTS = 1024
 MAX_NODE_NAME = 253  # a Node name is a DNS subdomain
 # Reports claiming more than this many free pods are absurd (kubelet's max-pods tops out far lower).
 MAX_AVAIL = 1e6
@@ -143,6 +146,13 @@ class CapacityTable:
         self.failing: dict[str, str] = {}
         # Node -> receive time, oldest first (a report moves its node to the end).
         self._received: OrderedDict[str, float] = OrderedDict()
+        # The same verdicts as arrays indexed by a slot per reported node, for the vectorised
+        # hot path: one dictionary pass maps candidate names to slots, the rest is numpy.
+        self.slot: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self.free_arr = np.zeros(INITIAL_SLOTS)
+        self.failing_arr = np.zeros(INITIAL_SLOTS, dtype=bool)
+        self.received_arr = np.full(INITIAL_SLOTS, -np.inf)
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -180,6 +190,8 @@ class CapacityTable:
             self._streams[msg.node] = stream
             self._received[msg.node] = now
             self._received.move_to_end(msg.node)
+            slot = self._slot_for(msg.node)  # may grow the arrays: index them afterwards
+            self.received_arr[slot] = now
             self._recompute(msg.node)
             return Ingest.ACCEPTED, ""
 
@@ -193,12 +205,19 @@ class CapacityTable:
     def forget_older_than(self, now: float, age: float) -> list[str]:
         """Drop nodes whose last report is older than ``age`` seconds (deleted nodes)."""
         with self.lock:
-            gone = [n for n, r in self._reports.items() if now - r.received_at > age]
+            gone: list[str] = []
+            for node, at in self._received.items():  # oldest first: stop at the first recent one
+                if now - at <= age:
+                    break
+                gone.append(node)
             for node in gone:
                 del self._reports[node]
                 self._streams.pop(node, None)
                 self._received.pop(node, None)
                 self._recompute(node)
+                slot = self.slot.pop(node)
+                self.received_arr[slot] = -np.inf
+                self._free_slots.append(slot)
             return gone
 
     # -- reservations (called by the ledger, under the lock) --------------------------------
@@ -223,6 +242,23 @@ class CapacityTable:
 
     # -- verdicts --------------------------------------------------------------------------
 
+    def _slot_for(self, node: str) -> int:
+        slot = self.slot.get(node)
+        if slot is not None:
+            return slot
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            slot = len(self.slot)
+            if slot >= len(self.free_arr):
+                # Grow by doubling; the hot path reads the attributes afresh on every request.
+                grow = len(self.free_arr)
+                self.free_arr = np.concatenate([self.free_arr, np.zeros(grow)])
+                self.failing_arr = np.concatenate([self.failing_arr, np.zeros(grow, dtype=bool)])
+                self.received_arr = np.concatenate([self.received_arr, np.full(grow, -np.inf)])
+        self.slot[node] = slot
+        return slot
+
     def _recompute(self, node: str) -> None:
         report = self._reports.get(node)
         if report is None:
@@ -233,12 +269,16 @@ class CapacityTable:
         free = report.avail - reserved
         threshold = self.thresholds.threshold
         self.free[node] = free
+        slot = self.slot[node]
+        self.free_arr[slot] = free
         if free >= threshold:
             self.failing.pop(node, None)
+            self.failing_arr[slot] = False
         else:
             self.failing[node] = (
                 f"carico: avail {fmt(report.avail)} - reserved {reserved} < {fmt(threshold)}"
             )
+            self.failing_arr[slot] = True
 
     def is_fresh(self, node: str, now: float) -> bool:
         received = self._received.get(node)

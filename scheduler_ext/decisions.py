@@ -11,15 +11,16 @@
   candidate; stale or missing data follows the stale-data policy (fail-open: pass, score 0;
   fail-closed: the node fails as unresolvable, since preempting pods there cannot help).
 
-Pure logic: the clock is passed in and nothing here does I/O. The per-node work is one dictionary
-set operations and C-level maps over precomputed verdicts. Neighbours: ``capacity`` (verdicts),
+Pure logic: the clock is passed in and nothing here does I/O. The per-node work is done by set
+operations, C-level maps and numpy over the precomputed verdicts rather than Python loops, since it
+runs for every pod over up to thousands of candidates. Neighbours: ``capacity`` (verdicts),
 ``service`` (callers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import filterfalse, repeat
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -59,6 +60,13 @@ class PreemptDecision:
     missing: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Lookup:
+    safe: np.ndarray  # table slot per candidate (0 where unknown: mask with ``known``)
+    known: np.ndarray  # the candidate has a report
+    fresh: np.ndarray  # ... and it is not stale
+
+
 class Decider:
     def __init__(
         self,
@@ -87,25 +95,43 @@ class Decider:
         stale_here = names.intersection(stale) if stale else set()
         return missing | stale_here, len(stale_here), len(missing)
 
+    def _lookup(self, names: list[str], now: float) -> _Lookup:
+        """Map the candidates to table slots once; everything after is vectorised."""
+        table = self.table
+        slots = np.fromiter(map(table.slot.get, names, repeat(-1)), dtype=np.intp, count=len(names))
+        known = slots >= 0
+        safe = np.where(known, slots, 0)
+        fresh = known & (table.received_arr[safe] > now - table.thresholds.stale_after)
+        return _Lookup(safe, known, fresh)
+
     def filter(self, pod: PodFacts, names: list[str], now: float) -> FilterDecision:
         exempt = self.exemptions.reason(pod)
         if exempt is not None:
             return FilterDecision(list(names), {}, {}, exempt=exempt)
-        candidates = set(names)
-        failing = self.table.failing
-        failing_here = candidates.intersection(failing)
-        unknown, stale, missing = self._unknown(candidates, now)
-        if not failing_here and not unknown:
+        if not names:
+            return FilterDecision([], {}, {})
+        look = self._lookup(names, now)
+        fail = look.fresh & self.table.failing_arr[look.safe]
+        unknown = ~look.fresh
+        any_unknown = bool(unknown.any())
+        if not any_unknown and not fail.any():
             return FilterDecision(list(names), {}, {})
-        failing_here -= unknown  # the policy, not old data, decides for those
-        failed = {n: failing[n] for n in failing_here}
+        failing = self.table.failing
+        failed = {names[i]: failing[names[i]] for i in np.flatnonzero(fail).tolist()}
         unresolvable: dict[str, str] = {}
-        excluded = failing_here
-        if unknown and self.stale_policy is StaleData.FAIL_CLOSED:
-            unresolvable = {n: self._stale_reason(n, now) for n in unknown}
-            excluded = failing_here | unknown
+        stale = missing = 0
+        keep = ~fail
+        if any_unknown:
+            missing = int(np.count_nonzero(~look.known))
+            stale = int(np.count_nonzero(unknown)) - missing
+            if self.stale_policy is StaleData.FAIL_CLOSED:
+                unresolvable = {
+                    names[i]: self._stale_reason(names[i], now)
+                    for i in np.flatnonzero(unknown).tolist()
+                }
+                keep &= look.fresh
         # Keep the input order, so the reply is a subsequence of the request.
-        passed = list(filterfalse(excluded.__contains__, names))
+        passed = list(compress(names, keep.tolist()))
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
 
     def prioritize(self, pod: PodFacts, names: list[str], now: float) -> PrioritizeDecision:
@@ -114,19 +140,13 @@ class Decider:
             return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
         if not names:
             return PrioritizeDecision([])
-        # Vectorised: this runs for every pod over up to thousands of candidates. A node without
-        # a report reads as NaN; stale nodes (rare: only when some agent stopped) are masked.
-        free = self.table.free
-        frees = np.fromiter(map(free.get, names, repeat(np.nan)), dtype=float, count=len(names))
-        unknown = np.isnan(frees)
-        missing = int(np.count_nonzero(unknown))
-        stale_nodes = self.table.stale_nodes(now)
-        stale = 0
-        if stale_nodes:
-            is_stale = np.fromiter(map(stale_nodes.__contains__, names), dtype=bool)
-            stale = int(np.count_nonzero(is_stale))
-            unknown |= is_stale
-        if missing or stale:
+        look = self._lookup(names, now)
+        frees = self.table.free_arr[look.safe]
+        unknown = ~look.fresh
+        stale = missing = 0
+        if unknown.any():
+            missing = int(np.count_nonzero(~look.known))
+            stale = int(np.count_nonzero(unknown)) - missing
             frees[unknown] = -1.0
         best = float(frees.max())
         if best <= 0:

@@ -117,3 +117,21 @@ def test_staleness_uses_the_receive_clock(make_report: MakeReport) -> None:
 
 def test_fmt_is_short() -> None:
     assert [fmt(x) for x in (0.4, 1.0, 12.345, 0.0, 3.10)] == ["0.4", "1", "12.35", "0", "3.1"]
+
+
+def test_slot_arrays_grow_and_reuse_slots(make_report: MakeReport) -> None:
+    table = CapacityTable(Thresholds(threshold=1.0, stale_after=10.0))
+    names = [f"n{i}" for i in range(3000)]  # beyond the initial 1,024 slots, twice
+    for i, name in enumerate(names):
+        table.ingest(make_report(name, float(i % 3)), "s", now=float(i) / 1000)
+    assert len(table.free_arr) >= 3000
+    for name in ("n0", "n1024", "n2999"):
+        slot = table.slot[name]
+        assert table.free_arr[slot] == table.free[name]
+        assert table.failing_arr[slot] == (name in table.failing)
+        assert table.received_arr[slot] == table.report(name).received_at  # type: ignore[union-attr]
+    gone = table.forget_older_than(10.0, 9.5)  # received before 0.5 s
+    assert len(gone) == 500 and "n0" not in table.slot
+    table.ingest(make_report("late", 5.0), "s", now=11.0)
+    assert table.slot["late"] < 3000  # a freed slot was reused
+    assert table.free_arr[table.slot["late"]] == 5.0
