@@ -227,3 +227,35 @@ async def test_nodes_explain_and_readiness(make_extender: MakeExtender) -> None:
         'carico_extender_reports_total{outcome="accepted"} 2.0',
     ):
         assert line in metrics, line
+
+
+async def test_full_nodes_mode_is_explained_and_binds_are_counted(
+    make_extender: MakeExtender,
+) -> None:
+    ext: Extender = await make_extender(Settings(forget_after=120))
+    ext.feed("big", 4.0)
+    ext.feed("small", 0.5)
+    pod = pod_object("db-0", "shop")
+    await ext.post("filter", extender_args(pod, ["big", "small"], cache_capable=False))
+    _, why = await ext.get("/api/v1/explain?pod=shop/db-0")
+    assert why["filter"]["passed"] == ["big"]
+    assert why["filter"]["failed"] == {"small": "carico: avail 0.5 - reserved 0 < 1"}
+    for name, node in (("db-0", "big"), ("db-1", "small")):
+        args = {"PodName": name, "PodNamespace": "shop", "PodUID": f"u-{name}", "Node": node}
+        await ext.post("bind", json.dumps(args).encode())
+    _, metrics = await ext.get("/metrics")
+    for line in (
+        'carico_extender_decisions_total{outcome="bound",verb="bind"} 1.0',
+        'carico_extender_decisions_total{outcome="refused",verb="bind"} 1.0',
+        'carico_extender_node_reserved{node="big"} 1.0',
+        "carico_extender_reservations_open 1.0",
+    ):
+        assert line in metrics, line
+    # A node silent past --forget-after leaves the table (and /metrics); its reservation stays.
+    ext.clock.advance(121)
+    ext.feed("big", 4.0, sequence=2, timestamp=1.7e9 + 121)
+    ext.service.sweep()
+    _, nodes = await ext.get("/api/v1/nodes")
+    assert [n["name"] for n in nodes] == ["big"]
+    _, metrics = await ext.get("/metrics")
+    assert 'node="small"' not in metrics
