@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tls = parser.add_argument_group("TLS")
     add_env_argument(tls, "--tls-cert", help="serve HTTPS with this certificate (PEM)")
     add_env_argument(tls, "--tls-key", help="private key of --tls-cert (PEM)")
+    add_env_argument(
+        tls,
+        "--tls-client-ca",
+        help="require HTTPS clients (kube-scheduler's tlsConfig certFile) to present a "
+        "certificate signed by this CA",
+    )
     add_env_argument(tls, "--grpc-tls-cert", help="serve gRPC over TLS with this certificate")
     add_env_argument(tls, "--grpc-tls-key", help="private key of --grpc-tls-cert")
     add_env_argument(
@@ -169,6 +175,8 @@ def _check_pairs(args: argparse.Namespace) -> str | None:
         return "--tls-cert and --tls-key go together"
     if bool(args.grpc_tls_cert) != bool(args.grpc_tls_key):
         return "--grpc-tls-cert and --grpc-tls-key go together"
+    if args.tls_client_ca and not args.tls_cert:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
     if args.grpc_tls_client_ca and not args.grpc_tls_cert:
         return "--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key"
     if args.max_body_bytes <= 0:
@@ -191,7 +199,11 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
                     "give --kubeconfig, run in a pod, or use --no-kube"
                 ) from exc
     service = ExtenderService(cluster, settings_from(args))
-    ssl_context = server_ssl_context(args.tls_cert, args.tls_key) if args.tls_cert else None
+    ssl_context = (
+        server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if args.tls_cert
+        else None
+    )
     grpc_creds = (
         grpc_server_credentials(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca)
         if args.grpc_tls_cert

@@ -32,6 +32,7 @@ FLAGS = [
     "--grpc-port",
     "--tls-cert",
     "--tls-key",
+    "--tls-client-ca",
     "--grpc-tls-cert",
     "--grpc-tls-key",
     "--grpc-tls-client-ca",
