@@ -280,6 +280,11 @@ class CapacityTable:
             )
             self.failing_arr[slot] = True
 
+    @property
+    def received(self) -> dict[str, float]:
+        """Node -> when its last report arrived (the table's clock); read-only use."""
+        return self._received
+
     def is_fresh(self, node: str, now: float) -> bool:
         received = self._received.get(node)
         return received is not None and now - received < self.thresholds.stale_after

@@ -156,3 +156,25 @@ def test_preempt_follows_the_stale_policy(make_report: MakeReport) -> None:
     closed = _decider(make_report, {}, policy=StaleData.FAIL_CLOSED)
     result = closed.preempt(POD, victims, now=1.0)
     assert result.kept == {} and "no capacity report" in result.dropped["none"]
+
+
+@pytest.mark.parametrize("policy", list(StaleData))
+def test_loop_and_vectorised_paths_agree(make_report: MakeReport, policy: StaleData) -> None:
+    import random
+
+    rng = random.Random(11)  # seeded: the same mixed table every run
+    table = CapacityTable(Thresholds(threshold=1.0, stale_after=10.0))
+    names = [f"n{i}" for i in range(600)]
+    for name in names[:500]:  # n500..n599 never report
+        received = rng.choice([0.0, 12.0])  # at now=15: stale or fresh
+        table.ingest(make_report(name, rng.uniform(0, 4)), "s", now=received)
+        table.add_reserved(name, rng.choice([0, 0, 1, 2]))
+    d = Decider(table, ExemptionPolicy(), policy)
+    for _ in range(20):
+        sample = rng.sample(names, 300)
+        assert d._filter_small(sample, 15.0) == d._filter_vector(sample, 15.0)
+        assert d._prioritize_small(sample, 15.0) == d._prioritize_vector(sample, 15.0)
+    # The public entry points pick a path by size and give the same answers.
+    few = names[490:510]
+    assert d.filter(POD, few, 15.0) == d._filter_vector(few, 15.0)
+    assert d.prioritize(POD, few, 15.0) == d._prioritize_vector(few, 15.0)
