@@ -271,6 +271,23 @@ def test_the_two_paths_agree_sample_by_sample(
         assert sca.settled == vec.settled
 
 
+@both_paths
+def test_update_values_gives_the_levels_of_update_as_floats(scalar: bool) -> None:
+    rng = np.random.default_rng(5)
+    samples = np.where(rng.random((300, 2)) < 0.1, math.nan, 0.3 + rng.normal(0, 0.05, (300, 2)))
+    samples[100:140] += 0.4  # a step, so that snaps and fast following happen too
+    by_array, by_values = DynamicEMA(2, scalar=scalar), DynamicEMA(2, scalar=scalar)
+    for i, x in enumerate(samples):
+        # tuples (what the host source gives), lists and arrays all go in
+        values = by_values.update_values(tuple(x.tolist()) if i % 2 else x.tolist())
+        assert all(type(v) is float for v in values)
+        np.testing.assert_array_equal(np.array(values), by_array.update(x))
+    with pytest.raises(ValueError, match="shape"):
+        by_values.update_values((0.1, 0.2, 0.3))
+    with pytest.raises(ValueError):
+        by_values.update_values(("not a number", 0.2))
+
+
 def test_few_dimensions_take_the_scalar_path_by_default() -> None:
     assert DynamicEMA(2).scalar and DynamicEMA(8).scalar
     assert not DynamicEMA(9).scalar
