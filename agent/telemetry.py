@@ -111,12 +111,14 @@ def parse_cpu_line(data: bytes) -> CpuTimes:
     >>> t.busy, t.total  # user+nice+system+irq+softirq+steal; + idle + iowait
     (21.0, 105.0)
     """
-    line = data.split(b"\n", 1)[0]
+    end = data.find(b"\n")
+    line = data if end < 0 else data[:end]
     fields = line.split()
     if len(fields) < 5 or fields[0] != b"cpu":
         raise ValueError(f"not the aggregate cpu line: {line[:40]!r}")
     values = [float(f) for f in fields[1:9]]
-    if any(not (v >= 0 and math.isfinite(v)) for v in values):
+    # A NaN or an infinity makes the sum non-finite: one check instead of one per field.
+    if not (min(values) >= 0 and math.isfinite(sum(values))):
         raise ValueError(f"bad cpu counters: {line[:60]!r}")
     values += [0.0] * (8 - len(values))
     return CpuTimes(*values)
