@@ -24,6 +24,18 @@ log = logging.getLogger("agent")
 DEFAULT_METRICS_PORT = 9464
 
 
+def _single_threaded_blas() -> None:
+    """One BLAS thread unless the operator says otherwise; must run before numpy is imported.
+
+    The agent's linear algebra is on d×d matrices with d ≤ 5, far below what a second thread could
+    speed up, while OpenBLAS starts one thread (with its own buffers) per core when it loads: on a
+    2-core host that was a quarter of the agent's start-up CPU, and on a large node it is dozens of
+    idle threads in every DaemonSet pod.
+    """
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
@@ -219,6 +231,7 @@ def _run(args: argparse.Namespace) -> int:
     if bool(args.tls_cert) != bool(args.tls_key):
         print("carico agent: --tls-cert and --tls-key go together", file=sys.stderr)
         return 2
+    _single_threaded_blas()
     from agent.cgroup_watch import HintUnavailable
     from agent.pipeline import PipelineConfig
     from agent.proc_source import ProcSource

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-from numpy.typing import NDArray
 
 from agent.telemetry import Sample
 from carico.model import (
@@ -28,8 +27,6 @@ from carico.model import (
     SubspaceModel,
     capacity_signal,
 )
-
-FloatArray = NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -112,13 +109,13 @@ class AgentPipeline:
         self.samples_missing = 0
         self.batches = 0
         self.last_report: CapacityReport | None = None
-        self._batch = np.full((d, self.config.batch), np.nan)
-        self._fill = 0
+        # The batch's smoothed vectors as lists of floats: one array per batch, not per sample.
+        self._rows: list[list[float]] = []
         self._batch_missing = 0
         self._batch_event = False
         self._last_event = -math.inf
         self._psi_available = True
-        self._y: FloatArray = np.full(d, np.nan)
+        self._y: list[float] = [math.nan] * d
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -157,10 +154,9 @@ class AgentPipeline:
             self._last_event = now
             if pods is not None:
                 early = self._churn_report(now, pods)
-        self._y = self.ema.update(sample.features)
-        self._batch[:, self._fill] = self._y
-        self._fill += 1
-        if self._fill < self.config.batch:
+        self._y = self.ema.update_values(sample.features)
+        self._rows.append(self._y)
+        if len(self._rows) < self.config.batch:
             return early
         return self._close_batch(now, pods)
 
@@ -189,9 +185,10 @@ class AgentPipeline:
 
     def _close_batch(self, now: float, pods: int | None) -> CapacityReport | None:
         cfg = self.config
-        batch, missing, event = self._batch, self._batch_missing, self._batch_event
-        self._batch = np.full_like(batch, np.nan)
-        self._fill, self._batch_missing, self._batch_event = 0, 0, False
+        batch = np.array(self._rows, dtype=np.float64).T  # (d, batch)
+        missing, event = self._batch_missing, self._batch_event
+        self._rows = []
+        self._batch_missing, self._batch_event = 0, False
         self.batches += 1
 
         complete = batch[:, np.all(np.isfinite(batch), axis=0)]
@@ -201,7 +198,7 @@ class AgentPipeline:
             else:
                 old, new = cfg.local_weights()
                 self.local = self.local.update(complete, old, new)
-        y = self._y
+        y = np.array(self._y)
         if self.local is None or pods is None or not np.all(np.isfinite(y)):
             return None
 
@@ -235,7 +232,7 @@ class AgentPipeline:
             per_pod_cost=est.per_pod_cost,
             pods=pods,
             mode=mode,
-            features=tuple(float(v) for v in y),
+            features=tuple(self._y),
             psi_available=self._psi_available,
             churn=est.churn_hold,
             global_model=view is not None,

@@ -36,7 +36,6 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import numpy as np
 import psutil
 
 from agent.psi import PsiParseError, PsiTotals, parse_psi, pressure_fraction
@@ -239,9 +238,8 @@ class ProcSource:
                 resource = name.removesuffix("_pressure")
                 p = pressure.get(resource)
                 values[name] = (0.0 if not psi_ok else math.nan) if p is None else p
-        features = np.array([values[n] for n in self._features], dtype=np.float64)
         return Sample(
-            features=features,
+            features=tuple([values[n] for n in self._features]),
             psi_available=psi_ok,
             missing=bool(problems),
             problems=tuple(problems),

@@ -15,11 +15,17 @@ Features (0 = empty, 1 = full):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
-import numpy as np
-from numpy.typing import NDArray
+if TYPE_CHECKING:  # numpy itself is not needed here: the host source builds no arrays
+    import numpy as np
+    from numpy.typing import NDArray
+
+# One value per configured feature: a tuple of floats from the host source (no numpy array per
+# sample at 10 Hz), any 1-D float array from other sources.
+FeatureVector: TypeAlias = "Sequence[float] | NDArray[np.float64]"
 
 FEATURES: tuple[str, ...] = ("cpu", "memory", "cpu_pressure", "memory_pressure", "io_pressure")
 DEFAULT_FEATURES: tuple[str, ...] = ("cpu", "memory")
@@ -53,7 +59,7 @@ class Sample:
     count when the source knows it (the simulator), else None.
     """
 
-    features: NDArray[np.float64]
+    features: FeatureVector
     psi_available: bool
     missing: bool = False
     pods: int | None = None
@@ -105,12 +111,14 @@ def parse_cpu_line(data: bytes) -> CpuTimes:
     >>> t.busy, t.total  # user+nice+system+irq+softirq+steal; + idle + iowait
     (21.0, 105.0)
     """
-    line = data.split(b"\n", 1)[0]
+    end = data.find(b"\n")
+    line = data if end < 0 else data[:end]
     fields = line.split()
     if len(fields) < 5 or fields[0] != b"cpu":
         raise ValueError(f"not the aggregate cpu line: {line[:40]!r}")
     values = [float(f) for f in fields[1:9]]
-    if any(not (v >= 0 and math.isfinite(v)) for v in values):
+    # A NaN or an infinity makes the sum non-finite: one check instead of one per field.
+    if not (min(values) >= 0 and math.isfinite(sum(values))):
         raise ValueError(f"bad cpu counters: {line[:60]!r}")
     values += [0.0] * (8 - len(values))
     return CpuTimes(*values)

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TARGET_CPU_PCT = 1.0
 TARGET_RSS_MB = 80.0
 
+BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 BASELINE = (
     "import time, numpy, psutil, carico.model, agent.pipeline, agent.proc_source, agent.service;"
     "time.sleep({seconds})"
@@ -67,8 +68,11 @@ def main() -> int:
             stdout=out,
             env=env,
         )
+        # The agent limits BLAS to one thread before numpy loads (agent/cli.py); the baseline
+        # does the same, so that both still pay the same start-up.
+        baseline_env = {**env, **{n: "1" for n in BLAS_THREAD_VARS if n not in env}}
         baseline = subprocess.Popen(
-            [sys.executable, "-c", BASELINE.format(seconds=args.seconds)], env=env
+            [sys.executable, "-c", BASELINE.format(seconds=args.seconds)], env=baseline_env
         )
         window = (10.0, args.seconds - 2.0)
         steady: dict[str, tuple[float, float]] = {}

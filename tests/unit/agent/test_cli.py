@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import pytest
 
@@ -55,3 +56,14 @@ def test_switches_on_the_command_line() -> None:
 def test_bad_values_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):
         parser().parse_args(argv)
+
+
+def test_blas_is_single_threaded_unless_the_operator_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agent.cli import _single_threaded_blas
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    _single_threaded_blas()
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "1" and os.environ["MKL_NUM_THREADS"] == "1"
+    assert os.environ["OMP_NUM_THREADS"] == "4"  # an operator's setting stands

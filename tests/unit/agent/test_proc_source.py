@@ -180,7 +180,7 @@ def test_the_real_proc_gives_features_in_range() -> None:
     src = ProcSource("/proc", ("cpu", "memory", "cpu_pressure", "memory_pressure", "io_pressure"))
     src.read(0.0)
     s = src.read(0.5)  # a nominal interval; the fractions are clipped to [0, 1] anyway
-    assert s.features.shape == (5,)
+    assert len(s.features) == 5
     # cpu may be NaN: two immediate reads can fall within one USER_HZ tick.
     assert all(math.isnan(v) or 0.0 <= v <= 1.0 for v in s.features)
     assert 0.0 < s.features[1] < 1.0  # a running machine uses some memory, not all of it
