@@ -75,6 +75,10 @@ class InMemoryCluster:
         for watcher in list(self._watchers):
             watcher(replace(pod, deleted=True))
 
+    def subscribe(self, on_event: OnEvent) -> None:
+        """Receive every later pod event synchronously (an owner without an event loop)."""
+        self._watchers.append(on_event)
+
     def fail_next_bind(self, message: str) -> None:
         self._fail_next.append(message)
 

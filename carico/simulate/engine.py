@@ -28,7 +28,7 @@ from carico.simulate.scenarios import (
     Case,
     Scenario,
 )
-from carico.simulate.scheduler import SchedulerSpec, make_scheduler
+from carico.simulate.scheduler import Scheduler, SchedulerSpec, make_scheduler
 
 PERCENTILES = (25, 50, 75, 95, 99)
 
@@ -77,13 +77,24 @@ class CaseResult:
 
 
 def run_case(
-    scenario: Scenario, case: Case, spec: SchedulerSpec, params: ModelParams, seed: int
+    scenario: Scenario,
+    case: Case,
+    spec: SchedulerSpec,
+    params: ModelParams,
+    seed: int,
+    scheduler: Scheduler | None = None,
 ) -> CaseResult:
-    """Simulate one case under one scheduler. The same seed gives the same run."""
+    """Simulate one case under one scheduler. The same seed gives the same run.
+
+    ``scheduler`` replaces the one ``spec`` names (tests use it to look inside); ``spec`` still
+    decides the pods' requests and the label.
+    """
     wall0 = time.perf_counter()
     seeds = np.random.SeedSequence([seed, scenario.cases.index(case)]).spawn(3)
     cluster = Cluster(params, scenario.nodes, np.random.default_rng(seeds[0]))
-    sched = make_scheduler(spec, params, scenario.nodes, np.random.default_rng(seeds[1]))
+    sched = scheduler or make_scheduler(
+        spec, params, scenario.nodes, np.random.default_rng(seeds[1])
+    )
     probe_rng = np.random.default_rng(seeds[2])
     controller = JobController(params, cluster)
 
@@ -104,10 +115,16 @@ def run_case(
     lat_job: list[float] = []
     max_steps = int(params.max_seconds / params.dt)
     submitted = False
+    # A scheduler fed by agents (carico) gets an idle lead so that its agents have learned a
+    # model before the jobs arrive, as deployed agents would have; measurements start at
+    # submission, so the lead changes no result of the default schedulers.
+    lead = float(getattr(sched, "lead_seconds", 0.0))
+    submit_at = case.warmup + lead
+    max_steps += int(lead / params.dt)
 
     for _ in range(max_steps):
         now = cluster.now
-        if not submitted and now + 1e-9 >= case.warmup:
+        if not submitted and now + 1e-9 >= submit_at:
             for js in pending_jobs:
                 workload = js.workload.with_requests(spec.cpu_m, spec.mem)
                 controller.submit(js.name, workload, js.pods, js.effective_parallelism)

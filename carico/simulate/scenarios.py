@@ -89,13 +89,13 @@ SCENARIOS: dict[str, Scenario] = {
             "cpu-jobs",
             "bpi(2000) Jobs of 100-1000 pods (dissertation Tables 5.2, 5.3)",
             tuple(Case(f"{n} pods", (_bpi(n),)) for n in (100, 250, 500, 750, 1000)),
-            ("default:100m", "default:200m", "default:500m", "default:1000m"),
+            ("default:100m", "default:200m", "default:500m", "default:1000m", "carico"),
         ),
         Scenario(
             "ml-jobs",
             "small ML Jobs of 100 and 200 pods (dissertation Tables 5.4, 5.5)",
             tuple(Case(f"{n} pods", (_ml(n),)) for n in (100, 200)),
-            ("default:200m/750Mi",),
+            ("default:200m/750Mi", "carico"),
         ),
         Scenario(
             "mixed",
@@ -103,13 +103,13 @@ SCENARIOS: dict[str, Scenario] = {
             tuple(
                 Case(f"{a}+{b}", (_bpi(a), _ml(b))) for a, b in ((500, 20), (250, 50), (100, 100))
             ),
-            ("default",),
+            ("default", "carico"),
         ),
         Scenario(
             "isolation",
             "latency of a resident server while a 1000-pod bpi Job runs (dissertation Table 5.8)",
             (Case("1000 pods", (_bpi(1000),), resident=SERVER, warmup=20.0),),
-            ("default:100m",),
+            ("default:100m", "carico"),
         ),
     )
 }

@@ -14,11 +14,10 @@ in-tree filters run first, then the extender's filter narrows the nodes, its pri
 (0..10, times weight, times 10) are added to the plugin scores, and it binds. ``KubeScheduler``
 takes an optional ``Extender`` with exactly those three calls, synchronous and on node names
 like the extender's own decision code (filter and prioritize of a pod over candidate names at a
-given time). The ``carico`` scheduler is ``KubeScheduler(extender=<an adapter over the extender's
-decision code and reservation ledger, binding through its --no-kube in-memory cluster>)`` fed by
-agents whose telemetry source reads ``Cluster.telemetry``. That wiring needs the agent and the
-extender, which are not part of this package, so ``make_scheduler("carico")`` raises
-``NotWiredError`` instead of faking it.
+given time). The ``carico`` scheduler is ``KubeScheduler(extender=<the extender's decision code and
+reservation ledger, binding through its --no-kube in-memory cluster>)`` fed by agents whose
+telemetry source reads ``Cluster.telemetry``; that wiring is ``carico_wiring.py``, imported only
+when ``carico`` is asked for, so that the rest of this package never loads the services.
 """
 
 from __future__ import annotations
@@ -222,14 +221,19 @@ class KubeScheduler:
 @dataclass(frozen=True)
 class SchedulerSpec:
     """A scheduler as named on the command line: ``default``, ``default:500m``,
-    ``default:200m/750Mi`` (requests applied to every job's pods) or ``carico``."""
+    ``default:200m/750Mi`` (requests applied to every job's pods), ``carico`` or ``carico:p=1``
+    (the agents started with ``--prior-per-pod-cost 1``)."""
 
     kind: str
     cpu_m: int | None = None
     mem: int | None = None
+    # carico only: the agents' --prior-per-pod-cost (None: the agent's shipped default).
+    prior_per_pod_cost: float | None = None
 
     @property
     def label(self) -> str:
+        if self.kind == "carico" and self.prior_per_pod_cost is not None:
+            return f"carico:p={self.prior_per_pod_cost:g}"
         if self.kind != "default" or self.cpu_m is None:
             return self.kind
         s = f"default:{self.cpu_m}m"
@@ -239,14 +243,21 @@ class SchedulerSpec:
 
 
 _SPEC = re.compile(r"^(default|carico)(?::(\d+)m(?:/(\d+)(Mi|Gi))?)?$")
+_CARICO_PRIOR = re.compile(r"^carico:p=(\d+(?:\.\d+)?)$")
 
 
 def parse_spec(text: str) -> SchedulerSpec:
+    prior = _CARICO_PRIOR.match(text.strip())
+    if prior:
+        cost = float(prior.group(1))
+        if not cost > 0:
+            raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
+        return SchedulerSpec("carico", prior_per_pod_cost=cost)
     m = _SPEC.match(text.strip())
     if not m:
         raise ValueError(
             f"scheduler {text!r}: expected default, default:<cpu>m, "
-            "default:<cpu>m/<mem>Mi or carico"
+            "default:<cpu>m/<mem>Mi, carico or carico:p=<per-pod cost prior>"
         )
     kind, cpu, mem, unit = m.groups()
     if kind == "carico" and cpu is not None:
@@ -260,8 +271,10 @@ def make_scheduler(
 ) -> Scheduler:
     if spec.kind == "default":
         return KubeScheduler(spec.label, params, n_nodes, rng)
-    raise NotWiredError(
-        "carico scheduler not wired yet: it will be kube-scheduler's emulation with Carico's "
-        "extender attached (agents fed from Cluster.telemetry), and that extender is not "
-        "available in this build"
-    )
+    try:
+        # Imported only here: the wiring loads the agent, aggregator and extender packages,
+        # which the rest of carico.simulate never imports (DESIGN §2; see carico_wiring).
+        from carico.simulate.carico_wiring import CaricoScheduler
+    except ImportError as exc:  # a build without the services
+        raise NotWiredError(f"carico scheduler unavailable: {exc}") from exc
+    return CaricoScheduler(params, n_nodes, rng, prior_per_pod_cost=spec.prior_per_pod_cost)

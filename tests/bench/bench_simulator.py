@@ -1,9 +1,11 @@
-"""Simulator speed: the 1000-pod cpu-jobs case under every default scheduler.
+"""Simulator speed: the 1000-pod cpu-jobs case under every scheduler of the scenario.
 
 Baselines, measured in the same run over the same number of 100 ms steps: an empty step loop
 (the loop and a call per step), and a "numpy floor" (one per-node sum over 1000 pods and one
 fair share per step, the least a vectorised step can do). The figures are simulated seconds per
 wall second for all three, and the simulator's cost per step as a multiple of each baseline's.
+For ``carico`` a third baseline: 19 bare agent pipelines (``agent.pipeline.AgentPipeline``) fed a
+constant sample for the same number of steps — the part of its cost that is Carico's own logic.
 The scenario must also finish in under 2 minutes of wall time (a requirement, checked, printed).
 
 Usage: python tests/bench/bench_simulator.py [--repeat N]
@@ -49,6 +51,21 @@ def numpy_floor(steps: int, pods: int = 1000, nodes: int = 19) -> float:
     return time.perf_counter() - t0
 
 
+def pipeline_floor(steps: int, nodes: int = 19) -> float:
+    """19 agent pipelines at 10 Hz on a constant sample: the carico scheduler's own floor."""
+    from agent.pipeline import AgentPipeline
+    from agent.telemetry import DEFAULT_FEATURES, Sample
+
+    pipes = [AgentPipeline(DEFAULT_FEATURES) for _ in range(nodes)]
+    sample = Sample(np.array([0.3, 0.2]), psi_available=True, pods=3)
+    t0 = time.perf_counter()
+    for i in range(steps):
+        now = i * 0.1
+        for p in pipes:
+            p.step(now, sample, 3)
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=1)
@@ -79,6 +96,13 @@ def main(argv: list[str]) -> int:
     print(f"{'numpy floor':<16} {sim_s:>11.1f} {floor_wall:>8.4f} {sim_s / floor_wall:>15.0f}")
     print(f"ratio: a simulator step costs {best_wall / base_wall:.0f}x an empty loop step")
     print(f"ratio: a simulator step costs {best_wall / floor_wall:.1f}x the numpy floor step")
+    for name, s, w, _ in rows:
+        if name == "carico":
+            pipe_wall = pipeline_floor(round(s / params.dt))
+            print(
+                f"ratio: carico's run costs {w / pipe_wall:.2f}x its 19 bare agent pipelines"
+                f" ({pipe_wall:.2f} s for {round(s / params.dt)} steps)"
+            )
     ok = best_wall < LIMIT_S
     print(
         f"requirement: under {LIMIT_S:.0f} s wall -> {best_wall:.1f} s, {'ok' if ok else 'FAILED'}"

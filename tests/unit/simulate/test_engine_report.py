@@ -100,8 +100,6 @@ def test_cli_json_and_errors(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     assert doc["seed"] == 9 and doc["runs"][0]["case"] == "100 pods"
     assert (tmp_path / "cpu-jobs_100-pods_running.png").exists()
 
-    assert cli.run(parse(["--schedulers", "carico", "--cases", "100"])) == 2
-    assert "carico scheduler not wired yet" in capsys.readouterr().err
     assert cli.run(parse(["--scenario", "nope"])) == 2
     assert "unknown scenario" in capsys.readouterr().err
     assert cli.run(parse(["--cases", "123"])) == 2

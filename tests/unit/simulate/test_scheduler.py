@@ -11,7 +11,6 @@ from carico.simulate.cluster import SUCCEEDED
 from carico.simulate.params import BPI_2000, ModelParams
 from carico.simulate.scheduler import (
     KubeScheduler,
-    NotWiredError,
     SchedulerSpec,
     make_scheduler,
     parse_spec,
@@ -102,13 +101,15 @@ def test_extender_seam_narrows_scores_and_binds(quiet: ModelParams, make_cluster
     assert ext.calls[:3] == ["filter", "prioritize", "bind"]
 
 
-def test_spec_parsing_and_carico_not_wired() -> None:
+def test_spec_parsing_and_carico_wired() -> None:
     assert parse_spec("default") == SchedulerSpec("default")
     assert parse_spec("default:500m") == SchedulerSpec("default", 500)
     spec = parse_spec("default:200m/750Mi")
     assert (spec.cpu_m, spec.mem, spec.label) == (200, 750 * 1024**2, "default:200m/750Mi")
-    for bad in ("kube", "default:500", "default:m", "carico:100m"):
+    assert parse_spec("carico:p=1.5") == SchedulerSpec("carico", prior_per_pod_cost=1.5)
+    assert parse_spec("carico:p=1.5").label == "carico:p=1.5"
+    for bad in ("kube", "default:500", "default:m", "carico:100m", "carico:p=0", "carico:p=x"):
         with pytest.raises(ValueError):
             parse_spec(bad)
-    with pytest.raises(NotWiredError, match="carico scheduler not wired yet"):
-        make_scheduler(parse_spec("carico"), ModelParams(), 2, np.random.default_rng(0))
+    sched = make_scheduler(parse_spec("carico"), ModelParams(), 2, np.random.default_rng(0))
+    assert sched.name == "carico" and isinstance(sched, KubeScheduler)
