@@ -1,21 +1,24 @@
 """Aggregator load benchmark: simulated agents calling ``Exchange`` at 1 Hz each, on loopback.
 
-For every fleet size, the same load runs twice, each against a fresh server in its own process:
-first against an empty gRPC handler (it returns an empty ``GlobalModel``: the cost of gRPC itself,
-the baseline), then against the real aggregator (validation, store, cached reply, background
-recompute, metrics). The simulated agents live in separate client processes, each driving its share
-of the nodes with grpc.aio; every node sends a fresh model (sequence and timestamp increase) once a
-second, the nodes' phases spread evenly over the second. Latency is measured by the clients, from
-sending the request to receiving the reply, over calls started in the measurement window.
+For every fleet size N, the same load runs against two servers, each fresh in its own process and
+alternating over ``--rounds``: an empty gRPC handler (it returns an empty ``GlobalModel``: the cost
+of gRPC itself, the baseline) and the real aggregator (validation, store, cached reply, background
+recompute, metrics). The load comes from ghz, a gRPC load tester written in Go (pinned; built on
+first use into ``.cache/bin``, which needs Go): N distinct ``LocalModel`` messages, one per node,
+sent round-robin at N calls/s, so every node reports once a second, each report newer than the
+last (ghz fills in sequence and timestamp). A Python client costs as much CPU per call as the
+server, so on a small machine it would measure itself; ``--load python`` keeps it as a fallback
+(separate grpc.aio client processes, each node on its own 1 Hz schedule). Every run has an
+unmeasured warm-up first.
 
-Printed per fleet size: achieved exchanges/s, p50/p99 latency, the fraction of calls that started
-more than 100 ms behind schedule (the clients could not keep up), failed calls, the server's CPU
-time per exchange over the measured window (``cpu us``; robust on a shared machine, where other
-work inflates latencies but not this process's CPU time) and its ratio to the baseline's, the p99
-of the server's event-loop lag (how late a 5 ms timer fires), and p99 as a ratio of the
-baseline's p99. The two servers run alternately (``--rounds``); p50 pools the rounds, p99 is the
-median of the rounds' p99s, so that one round caught by a stall of the machine does not decide
-it. Target: 5,000 nodes at 1 Hz with p99 ≤ 3× baseline.
+Printed per fleet size: achieved exchanges/s (answered OK), p50/p99 latency seen by the client
+(the median of the rounds' figures, so that one round caught by a stall of the machine does not
+decide it), the fraction of calls that started more than 100 ms behind schedule (``--load
+python`` only), failed calls, the server's CPU time per exchange over the measured window (``cpu
+us``; robust on a shared machine, where other work inflates latencies but not this process's CPU
+time) and its ratio to the baseline's, the p99 of the server's event-loop lag (how late a 5 ms
+timer fires), and p99 as a ratio of the baseline's p99. Target: 5,000 nodes at 1 Hz with p99 ≤ 3×
+baseline.
 
     python tests/bench/bench_aggregator.py [--sizes 500,1000,2000,5000] [--rounds 3]
 """
@@ -24,14 +27,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import math
 import multiprocessing as mp
 import os
+import shutil
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
@@ -44,6 +51,7 @@ from aggregator.service import AggregatorConfig, AggregatorService
 from carico.model import SubspaceModel
 from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
 
+ROOT = Path(__file__).resolve().parents[2]
 METHOD = "/carico.v1.Aggregator/Exchange"
 LATE_S = 0.1
 
@@ -81,31 +89,32 @@ async def _serve(kind: str, conn: Connection) -> None:
         server, port = await start_grpc_server(service, "127.0.0.1:0")
     conn.send(port)
     loop = asyncio.get_running_loop()
-    measure_from, end = await loop.run_in_executor(None, conn.recv)
     window_cpu: list[float] = []
-
-    async def sample_cpu() -> None:
-        # The server's CPU time over the measured window: robust where wall-clock latency is not
-        # (other work on a shared machine delays calls but does not add to this process's CPU).
-        for moment in (measure_from, end):
-            await asyncio.sleep(max(0.0, moment - time.perf_counter()))
-            window_cpu.append(time.process_time())
-
     lags: list[float] = []
+    measuring = asyncio.Event()
 
     async def watch_loop() -> None:
         # How late a 5 ms timer fires: the event loop's stalls (our own blocking work, or the OS
         # not running this process), measured the same way in both servers.
-        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-        while time.perf_counter() < end:
+        await measuring.wait()
+        while measuring.is_set():
             before = time.perf_counter()
             await asyncio.sleep(0.005)
             lags.append(time.perf_counter() - before - 0.005)
 
-    sampler = asyncio.create_task(sample_cpu())
     watcher = asyncio.create_task(watch_loop())
+    # "mark" opens and closes the measured window; the server's CPU time over it is robust where
+    # wall-clock latency is not (other work on a shared machine delays calls but does not add to
+    # this process's CPU time).
+    for _ in range(2):
+        await loop.run_in_executor(None, conn.recv)
+        window_cpu.append(time.process_time())
+        if measuring.is_set():
+            measuring.clear()
+        else:
+            measuring.set()
+        conn.send(window_cpu[-1])
     await loop.run_in_executor(None, conn.recv)  # wait for "stop"
-    await sampler
     await watcher
     senders = len(service.store) if service is not None else 0
     await server.stop(None)
@@ -120,7 +129,7 @@ async def _serve(kind: str, conn: Connection) -> None:
             "recompute_s": recompute_time[0],
             "recomputes": recompute_time[1],
         }
-    conn.send({"senders": senders, "cpu": window_cpu[1] - window_cpu[0], "lags": lags, **work})
+    conn.send({"senders": senders, "lags": lags, **work})
 
 
 def _server_main(kind: str, conn: Connection, profile: str | None) -> None:
@@ -253,12 +262,105 @@ def _client_main(
     conn.send(asyncio.run(_drive(port, nodes, offsets, start, warmup, duration, channels, seed)))
 
 
+# -- ghz, the load generator -------------------------------------------------------------------
+
+# ghz (a gRPC load tester written in Go) costs the client side a small fraction of what a Python
+# grpc.aio client does per call, so on a small machine it leaves the CPU to the server under test.
+# Pinned, and built on first use into an ignored cache directory of this repository.
+GHZ_MODULE = "github.com/bojand/ghz/cmd/ghz"
+GHZ_VERSION = "v0.93.0"
+GHZ_BIN = ROOT / ".cache" / "bin" / f"ghz-{GHZ_VERSION}"
+PROTO = "protos/carico/v1/aggregator.proto"
+
+
+def ensure_ghz() -> Path:
+    if GHZ_BIN.exists():
+        return GHZ_BIN
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit(
+            "the aggregator benchmark needs ghz, built from source with Go, and `go` is not on "
+            "PATH: install Go (https://go.dev/dl/) or run with --load python"
+        )
+    build = ROOT / ".cache" / "ghz-build"
+    print(f"building ghz {GHZ_VERSION} into {GHZ_BIN.relative_to(ROOT)} (first use only)")
+    env = {**os.environ, "GOBIN": str(build), "GOTOOLCHAIN": "local"}
+    done = subprocess.run(
+        [go, "install", f"{GHZ_MODULE}@{GHZ_VERSION}"], env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"building ghz failed:\n{done.stderr}")
+    GHZ_BIN.parent.mkdir(parents=True, exist_ok=True)
+    (build / "ghz").replace(GHZ_BIN)
+    return GHZ_BIN
+
+
+def ghz_data(fleet: int, path: Path) -> None:
+    """One LocalModel per node (distinct names): ghz sends them round-robin, so at ``--rps N``
+    every node reports once a second. Sequence and timestamp are filled per call by ghz's
+    templates, so every report is newer than the one before it."""
+    nodes = [f"node-{i:05d}" for i in range(fleet)]
+    factors = _factors(nodes, seed=fleet)
+    messages = [
+        {
+            "node": node,
+            "sequence": "{{.RequestNumber}}",
+            "timestamp": "{{.TimestampUnix}}",
+            "weight": 1,
+            "model": {
+                "d": f.d,
+                "r": f.r,
+                "u": list(f.u),
+                "sigma": list(f.sigma),
+                "featureNames": list(f.feature_names),
+            },
+        }
+        for node, f in factors.items()
+    ]
+    path.write_text(json.dumps(messages))
+
+
+def ghz_run(port: int, data: Path, rate: int, seconds: float, concurrency: int) -> dict[str, Any]:
+    cmd = [
+        str(ensure_ghz()),
+        "--insecure",
+        "--proto",
+        PROTO,
+        "--import-paths",
+        ".",
+        "--call",
+        "carico.v1.Aggregator.Exchange",
+        "-D",
+        str(data),
+        "--rps",
+        str(rate),
+        "-z",
+        f"{seconds:g}s",
+        "-c",
+        str(concurrency),
+        "--connections",
+        "4",
+        "-t",
+        "10s",
+        "-O",
+        "json",
+        f"127.0.0.1:{port}",
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0 and not done.stdout.strip():
+        raise SystemExit(f"ghz failed:\n{done.stderr}")
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
 # -- one run ------------------------------------------------------------------------------------
 
 
 @dataclass
 class Run:
-    latencies: np.ndarray  # seconds, calls started in the measured window
+    p50: float  # seconds
+    p99: float
+    ok: int  # calls answered OK in the measured window
     late: int
     errors: int
     codes: dict[str, int]
@@ -269,20 +371,71 @@ class Run:
     lags: np.ndarray  # event-loop lag samples of the server, seconds
 
 
-def run_once(
-    kind: str, fleet: int, clients: int, warmup: float, duration: float, profile: str | None = None
-) -> Run:
+def _start_server(kind: str, profile: str | None) -> tuple[mp.process.BaseProcess, Connection, int]:
     ctx = mp.get_context("spawn")
     server_end, here = ctx.Pipe()
     server = ctx.Process(target=_server_main, args=(kind, server_end, profile), daemon=True)
     server.start()
     if not here.poll(60):
         raise SystemExit(f"the {kind} server did not start")
-    port = here.recv()
+    return server, here, int(here.recv())
+
+
+def _mark(here: Connection) -> float:
+    here.send("mark")
+    return float(here.recv())
+
+
+def _finish(
+    server: mp.process.BaseProcess, here: Connection, cpu: float, duration: float, **calls: Any
+) -> Run:
+    here.send("stop")
+    stats = here.recv()
+    server.join()
+    return Run(
+        server_cpu=cpu,
+        senders=int(stats["senders"]),
+        duration=duration,
+        work={k: float(v) for k, v in stats.items() if k not in ("senders", "lags")},
+        lags=np.asarray(stats["lags"], dtype=float),
+        **calls,
+    )
+
+
+def run_ghz(
+    kind: str, fleet: int, data: Path, warmup: float, duration: float, profile: str | None = None
+) -> Run:
+    server, here, port = _start_server(kind, profile)
+    concurrency = 50  # workers; ghz paces them to --rps, so this only bounds calls in flight
+    ghz_run(port, data, fleet, warmup, concurrency)  # unmeasured: connections, caches, the store
+    before = _mark(here)
+    report = ghz_run(port, data, fleet, duration, concurrency)
+    cpu = _mark(here) - before
+    percentiles = {int(p["percentage"]): p["latency"] / 1e9 for p in report["latencyDistribution"]}
+    codes = {k: int(v) for k, v in report.get("statusCodeDistribution", {}).items()}
+    ok = codes.pop("OK", 0)
+    return _finish(
+        server,
+        here,
+        cpu,
+        report["total"] / 1e9,
+        p50=percentiles[50],
+        p99=percentiles[99],
+        ok=ok,
+        late=0,
+        errors=sum(codes.values()),
+        codes=codes,
+    )
+
+
+def run_python(
+    kind: str, fleet: int, clients: int, warmup: float, duration: float, profile: str | None = None
+) -> Run:
+    ctx = mp.get_context("spawn")
+    server, here, port = _start_server(kind, profile)
     nodes = [f"node-{i:05d}" for i in range(fleet)]
     offsets = [(i * 0.6180339887) % 1.0 for i in range(fleet)]  # even spread over the second
     start = time.perf_counter() + 2.0  # time for the clients to start and build their models
-    here.send((start + warmup, start + warmup + duration))
     procs, pipes = [], []
     for c in range(clients):
         mine = list(range(c, fleet, clients))
@@ -305,7 +458,11 @@ def run_once(
         p.start()
         procs.append(p)
         pipes.append(parent_end)
-    limit = time.monotonic() + warmup + duration + 90
+    time.sleep(max(0.0, start + warmup - time.perf_counter()))
+    before = _mark(here)
+    time.sleep(max(0.0, start + warmup + duration - time.perf_counter()))
+    cpu = _mark(here) - before
+    limit = time.monotonic() + 90
     outs = []
     for pipe in pipes:
         if not pipe.poll(max(1.0, limit - time.monotonic())):
@@ -313,23 +470,22 @@ def run_once(
         outs.append(pipe.recv())
     for p in procs:
         p.join()
-    here.send("stop")
-    stats = here.recv()
-    server.join()
     codes: dict[str, int] = {}
     for o in outs:
         for code, n in o["codes"].items():
             codes[code] = codes.get(code, 0) + n
-    return Run(
-        latencies=np.concatenate([np.asarray(o["latencies"], dtype=float) for o in outs]),
+    latencies = np.concatenate([np.asarray(o["latencies"], dtype=float) for o in outs])
+    return _finish(
+        server,
+        here,
+        cpu,
+        duration,
+        p50=float(np.percentile(latencies, 50)) if len(latencies) else math.nan,
+        p99=float(np.percentile(latencies, 99)) if len(latencies) else math.nan,
+        ok=len(latencies),
         late=sum(o["late"] for o in outs),
         errors=sum(o["errors"] for o in outs),
         codes=codes,
-        server_cpu=float(stats["cpu"]),
-        senders=int(stats["senders"]),
-        duration=duration,
-        work={k: float(v) for k, v in stats.items() if k not in ("senders", "cpu", "lags")},
-        lags=np.asarray(stats["lags"], dtype=float),
     )
 
 
@@ -346,26 +502,22 @@ class Summary:
 
 
 def summarise(runs: list[Run]) -> Summary:
-    """Pool the rounds: latencies of all rounds together, rates and CPU averaged per round."""
-    lat = np.concatenate([r.latencies for r in runs])
+    """Pool the rounds: calls and CPU summed; p50 and p99 the median of the rounds' figures, so
+    that one round hit by a stall of the shared machine does not decide them."""
     codes: dict[str, int] = {}
     for r in runs:
         for code, n in r.codes.items():
             codes[code] = codes.get(code, 0) + n
-    round_p99 = [
-        float(np.percentile(r.latencies, 99)) if len(r.latencies) else math.nan for r in runs
-    ]
     lags = np.concatenate([r.lags for r in runs])
+    ok = sum(r.ok for r in runs)
     return Summary(
-        rate=len(lat) / sum(r.duration for r in runs),
-        p50_ms=float(np.percentile(lat, 50)) * 1e3 if len(lat) else math.nan,
-        # The median of the rounds' p99s: one round hit by a stall of the shared machine does not
-        # decide the figure (with one round it is simply that round's p99).
-        p99_ms=float(np.median(round_p99)) * 1e3,
+        rate=ok / sum(r.duration for r in runs),
+        p50_ms=float(np.median([r.p50 for r in runs])) * 1e3,
+        p99_ms=float(np.median([r.p99 for r in runs])) * 1e3,
         lag_p99_ms=float(np.percentile(lags, 99)) * 1e3 if len(lags) else math.nan,
-        late=sum(r.late for r in runs) / max(1, len(lat)),
+        late=sum(r.late for r in runs) / max(1, ok),
         errors=sum(r.errors for r in runs),
-        server_cpu_us=1e6 * sum(r.server_cpu for r in runs) / max(1, len(lat)),
+        server_cpu_us=1e6 * sum(r.server_cpu for r in runs) / max(1, ok),
         codes=codes,
     )
 
@@ -378,15 +530,26 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating runs of each server per fleet size"
     )
-    parser.add_argument("--clients", type=int, default=2, help="client processes")
+    parser.add_argument(
+        "--load",
+        choices=("ghz", "python"),
+        default="ghz",
+        help="load generator: ghz (default) or grpc.aio client processes (costly per call)",
+    )
+    parser.add_argument("--clients", type=int, default=2, help="client processes (--load python)")
     parser.add_argument(
         "--profile", metavar="PREFIX", help="write cProfile stats of each aggregator server run"
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     load = os.getloadavg()[0]
+    if args.load == "ghz":
+        ensure_ghz()
+        driver = f"ghz {GHZ_VERSION} (-c 50, 4 connections)"
+    else:
+        driver = f"{args.clients} Python client processes"
     print(
-        f"aggregator Exchange at 1 Hz per node, {args.clients} client processes, "
+        f"aggregator Exchange at 1 Hz per node, load from {driver}, "
         f"{args.rounds} x {args.duration:g} s measured per server and size "
         f"(each after {args.warmup:g} s warm-up); "
         f"{os.cpu_count()} CPUs, load average {load:.2f} at start"
@@ -401,6 +564,10 @@ def main() -> int:
     worst = 0.0
     for fleet in sizes:
         runs: dict[str, list[Run]] = {"baseline": [], "aggregator": []}
+        data = ROOT / ".cache" / f"bench-aggregator-{fleet}.json"
+        if args.load == "ghz":
+            data.parent.mkdir(parents=True, exist_ok=True)
+            ghz_data(fleet, data)
         # Alternate the two servers so that drifting load on the machine hits both alike.
         for round_no in range(args.rounds):
             for kind in runs:
@@ -410,7 +577,9 @@ def main() -> int:
                     else None
                 )
                 runs[kind].append(
-                    run_once(kind, fleet, args.clients, args.warmup, args.duration, profile)
+                    run_ghz(kind, fleet, data, args.warmup, args.duration, profile)
+                    if args.load == "ghz"
+                    else run_python(kind, fleet, args.clients, args.warmup, args.duration, profile)
                 )
         base, real = summarise(runs["baseline"]), summarise(runs["aggregator"])
         ratio = real.p99_ms / base.p99_ms
@@ -428,10 +597,14 @@ def main() -> int:
             )
         for label, r in (("empty", base), ("carico", real)):
             if r.codes:
-                print(
-                    f"  note: {label} errors by status: {r.codes} (CANCELLED: still unanswered "
-                    "15 s after the window, when the client closed its channels)"
+                why = (
+                    "ghz ends a run by closing its connections: calls still in flight then, at "
+                    "most -c per run, come back Unavailable"
+                    if args.load == "ghz"
+                    else "CANCELLED: still unanswered 15 s after the window, when the client "
+                    "closed its channels"
                 )
+                print(f"  note: {label} errors by status: {r.codes} ({why})")
         work = [r.work for r in runs["aggregator"]]
         calls = sum(w["calls"] for w in work)
         recomputes = sum(w["recomputes"] for w in work)
