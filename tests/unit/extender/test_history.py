@@ -31,3 +31,12 @@ def test_a_node_missing_from_a_sample_is_forgotten() -> None:
 def test_needs_room_for_a_point() -> None:
     with pytest.raises(ValueError):
         NodeHistory(points=0)
+
+
+@pytest.mark.parametrize("count", [1, 3, 4, 7])
+def test_any_count_of_points_reads_back_oldest_first(count: int) -> None:
+    h = NodeHistory(points=3)
+    for t in range(count):
+        h.record(float(t), [("a", float(t), 0, t % 2 == 1)])
+    kept = list(range(max(0, count - 3), count))
+    assert h.view()["a"] == [[float(t), float(t), 0, t % 2 == 1] for t in kept]
