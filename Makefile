@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,7 @@ unit: $(STAMP)
 	$(VENV)/bin/pytest
 
 # The e2e tier runs inside pytest, so the control-plane binaries must exist first.
-test: lint e2e-bin unit
+test: lint e2e-bin browser unit
 
 protos: $(STAMP)
 	$(PY) -m protos.generate
@@ -31,9 +31,13 @@ protos: $(STAMP)
 bench: $(STAMP)
 	$(PY) tests/bench/run.py $(BENCH_ARGS)
 
+# The whole stack on 127.0.0.1 with a looping workload; prints the dashboard URL; Ctrl-C stops it.
 demo: $(STAMP)
-	@echo "make demo: not available yet - the simulator and demo (carico demo) are not built." >&2
-	@exit 2
+	$(VENV)/bin/carico demo $(DEMO_ARGS)
+
+# Debian's Chromium and its driver for the dashboard's browser test (installed when missing).
+browser:
+	@bash tests/integration/demo/install_browser.sh
 
 # Builds etcd and the Kubernetes control plane from pinned Go modules into .cache/e2e-bin/
 # (reused while the pins are unchanged); fails with a clear message when Go is missing.

@@ -5,7 +5,9 @@
   what is wrong (and whose JSON ``Error`` carries the same message).
 * ``GET /api/v1/nodes`` — the capacity table with reservations and data age;
   ``GET /api/v1/reservations`` — the open reservations;
-  ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod.
+  ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod;
+  ``GET /api/v1/history`` — each node's recent avail and reserved (``history``).
+* ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
 
 Neighbours: ``service`` (all the logic), ``cli`` (starts it).
@@ -18,6 +20,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -31,6 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "/scheduler"
 DEFAULT_MAX_BODY = 64 << 20  # a full NodeList of 500 sampled nodes is ~10 MB
 JSON = "application/json"
+STATIC = Path(__file__).parent / "static"
 SYNC_VERBS = ("filter", "prioritize", "preempt")
 
 
@@ -123,6 +127,24 @@ def build_app(
     app.router.add_get("/api/v1/nodes", nodes)
     app.router.add_get("/api/v1/reservations", reservations)
     app.router.add_get("/api/v1/explain", explain)
+
+    async def history(_: web.Request) -> web.Response:
+        settings = service.settings
+        body = {
+            "now": service.wall(),
+            "stale_after_seconds": settings.stale_after,
+            "stale_policy": settings.stale_policy.value,
+            "threshold": settings.threshold,
+            "nodes": service.history.view(),
+        }
+        return web.Response(body=msgspec.json.encode(body), content_type=JSON)
+
+    async def dashboard(_: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html")
+
+    app.router.add_get("/api/v1/history", history)
+    app.router.add_get("/", dashboard)
+    app.router.add_static("/static/", STATIC)
     add_ops_routes(app, service.metrics.registry, service.readiness.reason)
     return app
 

@@ -24,6 +24,7 @@ from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Decider
 from scheduler_ext.explain import ExplainLog
+from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
@@ -100,6 +101,7 @@ class ExtenderService:
         self.decider = Decider(self.table, exemptions, settings.stale_policy)
         self.explain = ExplainLog(settings.explain_pods, settings.explain_bytes)
         self.metrics = ExtenderMetrics(self.table, self.ledger, clock)
+        self.history = NodeHistory()
         self.readiness = Readiness()
         self._recent: OrderedDict[str, PodFacts] = OrderedDict()
         self._policy = settings.stale_policy.value
@@ -302,6 +304,25 @@ class ExtenderService:
         for res in expired:
             log.warning("reservation of %s on %s expired", res.key, res.node)
         self.table.forget_older_than(now, self.settings.forget_after)
+        self.record_history(now)
+
+    def record_history(self, now: float) -> None:
+        """One point per node for the dashboard's chart (at each sweep)."""
+        reserved = self.table.reserved_counts()
+        reports = {r.node: r for r in self.table.reports()}
+        stale_after = self.table.thresholds.stale_after
+        self.history.record(
+            self.wall(),
+            (
+                (
+                    name,
+                    reports[name].avail if name in reports else None,
+                    reserved.get(name, 0),
+                    name not in reports or now - reports[name].received_at >= stale_after,
+                )
+                for name in sorted(set(reports) | set(reserved))
+            ),
+        )
 
     async def run_background(self, sweep_every: float = 1.0) -> None:
         """The pod watch and the periodic sweep; runs until cancelled."""

@@ -1,0 +1,244 @@
+// Carico dashboard: polls the extender's read-only JSON API and redraws. No framework, no
+// external assets: a few DOM helpers and an inline SVG chart are all it needs.
+"use strict";
+
+const REFRESH_MS = 1500;
+const REPACK_MS = 10000;
+const CHART_MAX_SECONDS = 600; // the extender keeps ten minutes
+const CHART_MIN_SECONDS = 60;
+let policy = { stale_policy: "fail-open", stale_after_seconds: null };
+let staleNodes = new Set();
+let refreshes = 0;
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") node.className = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+function num(v, digits = 2) {
+  return v === null || v === undefined || Number.isNaN(v) ? "–" : Number(v).toFixed(digits);
+}
+
+async function getJSON(path) {
+  const reply = await fetch(path, { cache: "no-store" });
+  if (!reply.ok) {
+    const err = new Error(`${path}: HTTP ${reply.status}`);
+    err.status = reply.status;
+    try { err.body = await reply.json(); } catch (_) { /* not JSON */ }
+    throw err;
+  }
+  return reply.json();
+}
+
+function badge(text, kind, title) {
+  const b = el("span", { class: `badge ${kind || ""}` }, text);
+  if (title) b.title = title;
+  return b;
+}
+
+function flags(n) {
+  const out = [];
+  if (!n.reported) {
+    out.push(badge("NO REPORT", "bad", "bound pods are reserved here but no agent has reported"));
+  } else if (n.stale) {
+    const how = policy.stale_policy === "fail-open"
+      ? "fail-open: passes the filter with score 0" : "fail-closed: fails the filter";
+    out.push(badge(`STALE · ${how}`, "bad", `no report for ≥ ${policy.stale_after_seconds} s`));
+  }
+  const h = n.health || {};
+  if (n.reported) {
+    if (h.churn_hold) out.push(badge("churn hold", "warn", "estimation halted after pod events"));
+    if (!h.psi_available) out.push(badge("no PSI", "warn", "the kernel reports no pressure"));
+    if (h.samples_missing) out.push(badge(`${h.samples_missing} samples missing`, "warn"));
+    out.push(h.global_model ? badge("global model", "ok", "merged the fleet's model")
+      : badge("local model only", "warn", "no recent global model from the aggregator"));
+  }
+  return out;
+}
+
+function renderNodes(nodes) {
+  const body = document.querySelector("#nodes tbody");
+  const rows = nodes.map((n) => {
+    const cells = [
+      el("td", { class: "name" }, n.name),
+      el("td", { class: "avail" }, num(n.avail)),
+      el("td", { class: "reserved" }, String(n.reserved)),
+      el("td", { class: "free" }, num(n.free)),
+      el("td", { class: "k" }, num(n.k)),
+      el("td", { class: "capacity" }, num(n.capacity)),
+      el("td", { class: "per_pod_cost" }, num(n.per_pod_cost, 3)),
+      el("td", { class: "pods" }, n.pods === undefined ? "–" : String(n.pods)),
+      el("td", { class: "mode" }, n.mode || "–"),
+      el("td", { class: "age" }, n.data_age_seconds === undefined ? "–"
+        : `${num(n.data_age_seconds, 1)} s`),
+      el("td", { class: "flags" }, ...flags(n)),
+    ];
+    const row = el("tr", { "data-node": n.name, class: n.stale ? "stale" : "fresh" }, ...cells);
+    return row;
+  });
+  body.replaceChildren(...rows);
+  if (!nodes.length) {
+    body.append(el("tr", {}, el("td", { colspan: "11" }, "no node has reported yet")));
+  }
+  staleNodes = new Set(nodes.filter((n) => n.stale).map((n) => n.name));
+  renderGlobal(nodes);
+}
+
+function renderGlobal(nodes) {
+  const reported = nodes.filter((n) => n.reported);
+  const merged = reported.filter((n) => n.health && n.health.global_model).length;
+  document.getElementById("global").replaceChildren(
+    el("p", {}, `${merged} of ${reported.length} reporting nodes merge the global model.`),
+    el("p", { class: "note" }, "The expected-workload vector itself lives in the aggregator, " +
+      "which serves it to the agents over gRPC; the extender does not receive it, so it is " +
+      "not shown here."),
+  );
+}
+
+function renderReservations(list) {
+  const body = document.querySelector("#reservations tbody");
+  body.replaceChildren(...list.map((r) => el("tr", {},
+    el("td", {}, r.pod), el("td", {}, r.node), el("td", {}, `${num(r.age_seconds, 1)} s`))));
+  document.getElementById("reservations-empty").hidden = list.length > 0;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  return node;
+}
+
+function chart(name, points, now) {
+  const W = 300, H = 110, L = 34, R = 4, T = 6, B = 14;
+  // The window grows with the data (at least a minute, at most the ten minutes kept).
+  const first = points.length ? points[0][0] : now;
+  const span = Math.min(CHART_MAX_SECONDS, Math.max(CHART_MIN_SECONDS, now - first));
+  const t0 = now - span;
+  const pts = points.filter((p) => p[0] >= t0);
+  const top = Math.max(1, ...pts.map((p) => Math.max(p[1] ?? 0, p[2])));
+  const x = (t) => L + ((t - t0) / span) * (W - L - R);
+  const y = (v) => T + (1 - v / top) * (H - T - B);
+  const box = svg("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none" });
+  const step = pts.length > 1 ? (pts[pts.length - 1][0] - pts[0][0]) / (pts.length - 1) : 1;
+  for (const p of pts) {
+    if (p[3]) {
+      box.append(svg("rect", { class: "stale", x: x(p[0] - step / 2), y: T,
+        width: Math.max(1, x(p[0] + step / 2) - x(p[0] - step / 2)), height: H - T - B }));
+    }
+  }
+  box.append(svg("line", { class: "axis", x1: L, x2: W - R, y1: y(0), y2: y(0) }));
+  const label = (text, yy) => { const t = svg("text", { x: L - 3, y: yy, "text-anchor": "end" });
+    t.textContent = text; box.append(t); };
+  label(num(top, top < 10 ? 1 : 0), T + 8);
+  label("0", y(0));
+  const tl = svg("text", { x: L, y: H - 2 }); tl.textContent = span >= 120 ? `−${Math.round(span / 60)} min` : `−${Math.round(span)} s`; box.append(tl);
+  const tr = svg("text", { x: W - R, y: H - 2, "text-anchor": "end" }); tr.textContent = "now";
+  box.append(tr);
+  const path = (idx) => {
+    let d = "", pen = false;
+    for (const p of pts) {
+      if (p[idx] === null) { pen = false; continue; }
+      d += `${pen ? "L" : "M"}${x(p[0]).toFixed(1)},${y(p[idx]).toFixed(1)}`;
+      pen = true;
+    }
+    return d;
+  };
+  box.append(svg("path", { class: "avail", d: path(1) }));
+  box.append(svg("path", { class: "reserved", d: path(2) }));
+  const last = pts[pts.length - 1];
+  return el("div", { class: "chart", "data-node": name },
+    el("div", { class: "title" }, el("span", {}, name),
+      el("span", {}, last ? `avail ${num(last[1])} · reserved ${last[2]}` : "")),
+    box);
+}
+
+function renderHistory(h) {
+  policy = h;
+  document.getElementById("policy").textContent =
+    `A node passes the filter when avail − reserved ≥ ${h.threshold}. Data older than ` +
+    `${h.stale_after_seconds} s is stale; stale nodes are handled ${h.stale_policy}` +
+    (h.stale_policy === "fail-open" ? " (they pass with score 0)." : " (they fail the filter).");
+  const charts = Object.entries(h.nodes).map(([name, pts]) => chart(name, pts, h.now));
+  document.getElementById("charts").replaceChildren(...charts);
+}
+
+async function refresh() {
+  const status = document.getElementById("status");
+  try {
+    const [nodes, reservations, history] = await Promise.all([
+      getJSON("api/v1/nodes"), getJSON("api/v1/reservations"), getJSON("api/v1/history")]);
+    renderHistory(history);
+    renderNodes(nodes);
+    renderReservations(reservations);
+    refreshes += 1;
+    document.body.dataset.refreshes = String(refreshes);
+    status.className = "status";
+    status.textContent = `updated ${new Date().toLocaleTimeString()} · every ${REFRESH_MS / 1000} s`;
+  } catch (err) {
+    status.className = "status error";
+    status.textContent = `cannot reach the extender (${err.message}); retrying`;
+  }
+}
+
+async function refreshRepack() {
+  const box = document.getElementById("repack");
+  try {
+    const plans = await getJSON("api/v1/repack/plans");
+    if (!plans.length) { box.textContent = "no repack plan yet"; return; }
+    box.className = "";
+    box.replaceChildren(...plans.slice(-5).reverse().map((p) =>
+      el("pre", {}, JSON.stringify(p, null, 1))));
+  } catch (err) {
+    box.className = "note";
+    box.textContent = err.status === 404 ? "repacker not connected"
+      : `cannot read repack plans (${err.message})`;
+  }
+}
+
+async function explain(pod) {
+  const box = document.getElementById("explain");
+  try {
+    const e = await getJSON(`api/v1/explain?pod=${encodeURIComponent(pod)}`);
+    const rows = [];
+    const f = e.filter;
+    const scores = (e.prioritize && e.prioritize.scores) || {};
+    if (f) {
+      for (const n of f.passed) {
+        const failOpen = staleNodes.has(n);
+        rows.push(el("tr", {}, el("td", {}, n),
+          el("td", failOpen ? { class: "failopen" } : {},
+            failOpen ? "passed · fail-open (stale data)" : "passed"),
+          el("td", {}, n in scores ? String(scores[n]) : "–")));
+      }
+      for (const [n, why] of Object.entries(f.failed)) {
+        rows.push(el("tr", {}, el("td", {}, n), el("td", {}, `failed: ${why}`), el("td", {}, "–")));
+      }
+      for (const [n, why] of Object.entries(f.unresolvable)) {
+        rows.push(el("tr", {}, el("td", {}, n), el("td", {}, `unresolvable: ${why}`),
+          el("td", {}, "–")));
+      }
+    }
+    const when = f ? `filtered ${num(f.age_seconds, 1)} s ago` : "no filter decision kept";
+    const exempt = (f && f.exempt) ? ` · exempt: ${f.exempt}` : "";
+    box.replaceChildren(el("p", { class: "note" }, `${e.pod}: ${when}${exempt}`),
+      el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "node"), el("th", {}, "filter"),
+        el("th", {}, "score"))), el("tbody", {}, ...rows)));
+  } catch (err) {
+    const msg = err.body && err.body.Error ? err.body.Error : err.message;
+    box.replaceChildren(el("p", { class: "note" }, msg));
+  }
+}
+
+document.getElementById("explain-form").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  explain(document.getElementById("explain-pod").value.trim());
+});
+refresh();
+refreshRepack();
+setInterval(refresh, REFRESH_MS);
+setInterval(refreshRepack, REPACK_MS);
