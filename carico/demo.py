@@ -193,25 +193,6 @@ def this_node_name() -> str:
 # -- simulated nodes ---------------------------------------------------------------------------
 
 
-class SimSource:
-    """The agent's ``TelemetrySource`` over one node of the simulator's cluster model."""
-
-    def __init__(self, cluster: Any, node: int) -> None:
-        self.cluster = cluster
-        self.node = node
-
-    @property
-    def feature_names(self) -> tuple[str, ...]:
-        return SIM_FEATURES
-
-    def read(self, now: float) -> Any:
-        from agent.telemetry import Sample, cpu_feature
-
-        t = self.cluster.telemetry(self.node)
-        features = np.array([cpu_feature(t.util, t.psi_cpu_some, True), t.mem_used])
-        return Sample(features, psi_available=True, pods=t.pods_running)
-
-
 @dataclass
 class Stats:
     submitted: int = 0
@@ -294,6 +275,7 @@ class Demo:
 
     async def start_sim_agents(self, grpc_addr: str) -> list[asyncio.Task[int]]:
         from agent.service import AgentService, ServiceConfig
+        from carico.simulate.carico_wiring import SimTelemetrySource
 
         tasks = []
         for i, name in enumerate(self.sim_names):
@@ -304,7 +286,7 @@ class Demo:
                 exchange_interval=self.args.exchange_interval,
                 metrics_port=0,
             )
-            service = AgentService(config, SimSource(self.sim, i))
+            service = AgentService(config, SimTelemetrySource(self.sim, i, SIM_FEATURES))
             tasks.append(asyncio.create_task(service.run(), name=f"agent-{name}"))
         return tasks
 
