@@ -41,6 +41,7 @@ from scheduler_ext.repack.classes import (
     feasible,
     pods_for,
 )
+from scheduler_ext.repack.disruption_bound import disruption_bound
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
 from scheduler_ext.repack.plan import (
@@ -159,8 +160,10 @@ class _Phases:
             and not fixes
         )
         pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        if cut is not None:
+        if cut is not None and maximise:
             pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
+        elif cut is not None:
+            pm.model.add(pm.disruption_ge(tier) >= cut)
         # placed first, disruption as tie-break: placed weighs more than the largest disruption
         weight = 1
         if maximise and self.options.tie_break:
@@ -215,10 +218,29 @@ class _Phases:
                 return None, 0, False
             self._report(tier, phase, "FEASIBLE", started, value(incumbent), bound, True)
             return incumbent, value(incumbent), False
-        use_patterns = maximise and self.options.bounds and self.options.formulation == "classes"
+        use_bounds = self.options.bounds and self.options.formulation == "classes"
+        use_patterns = maximise and use_bounds
         best = incumbent
-        first = seconds * (QUICK_SHARE if use_patterns else 1.0)
-        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, None)
+        cut: int | None = None
+        if use_bounds and not maximise and incumbent is not None:
+            # disruption: the per-node pattern LP first (it either proves the incumbent or stalls
+            # quickly), then one search with its bound as a cut, so the search is never restarted
+            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            lower = disruption_bound(
+                problem,
+                tier,
+                floors,
+                [x for x in (incumbent, hint) if _satisfies(problem, x, fixes, tier)],
+                BOUND_SHARE * seconds,
+                self.clock,
+                target=value(incumbent),
+            )
+            bound = cut = max(bound, lower)
+            if value(incumbent) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return incumbent, bound, True
+        first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
+        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
