@@ -63,6 +63,8 @@ BOUND_SHARE = 0.3
 QUICK_SHARE = 0.15
 PACK_SHARE = 0.2
 HEURISTIC_SHARE = 0.25
+# a place phase gets this many times the time of its disrupt phase: placed pods come first
+PLACE_WEIGHT = 4
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ class _Phases:
         tiers = problem.tiers
         sizes = [sum(c.total for c in problem.classes if c.priority >= p) for p in tiers]
         # place phases get twice the weight of disrupt phases; bigger tiers get more
-        self.weights = [w for s in sizes for w in (2 * s, s)]
+        self.weights = [w for s in sizes for w in (PLACE_WEIGHT * s, s)]
         self.index = 0
         self.reports: list[PhaseReport] = []
 
