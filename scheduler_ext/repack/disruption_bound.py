@@ -25,6 +25,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.bounds import knapsack
 from scheduler_ext.repack.classes import EVICT_COST, MOVE_COST, Assignment, Problem
@@ -94,12 +95,14 @@ def disruption_bound(
     seconds: float,
     clock: Callable[[], float],
     target: int | None = None,
+    columns: dict[int, list[dict[int, int]]] | None = None,
 ) -> int:
     """A lower bound on the disruption (priority >= ``tier``) of any assignment that places at
     least ``value`` pods at priority >= q for every (q, value) in ``placed_floors``.
 
     ``starts``: assignments meeting the floors (they make the master LP feasible). ``target``:
     the value to prove (the incumbent's); the search stops as soon as the bound reaches it.
+    ``columns`` collects the generated patterns per node (for ``disruption_solution``).
     Returns 0 when nothing better is known.
     """
     deadline = clock() + seconds
@@ -152,6 +155,8 @@ def disruption_bound(
         if sig in seen:
             return False
         seen.add(sig)
+        if columns is not None:
+            columns.setdefault(n, []).append(dict(sig[1]))
         var = lp.NumVar(0, 1, f"l{len(seen)}")
         node_rows[n].SetCoefficient(var, 1)
         cost = MOVE_COST * sum(
@@ -224,3 +229,60 @@ def disruption_bound(
 
 def _ceil(value: float) -> int:
     return max(0, math.ceil(value - 1e-6))
+
+
+def disruption_solution(
+    problem: Problem,
+    tier: int,
+    placed_floors: Sequence[tuple[int, int]],
+    columns: dict[int, list[dict[int, int]]],
+    seconds: float,
+    workers: int = 0,
+) -> Assignment | None:
+    """Price-and-branch: the least disruptive choice of one generated pattern per node that meets
+    the placed floors (the caller checks the result against every other constraint)."""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    nodes = range(len(problem.node_names))
+    if any(not columns.get(n) for n in nodes):
+        return None
+    m = cp_model.CpModel()
+    use = {(n, i): m.new_bool_var(f"u{n}_{i}") for n in nodes for i in range(len(columns[n]))}
+    for n in nodes:
+        m.add_exactly_one(use[n, i] for i in range(len(columns[n])))
+    placed = {
+        c: sum(
+            pat.get(c, 0) * use[n, i]
+            for n in nodes
+            for i, pat in enumerate(columns[n])
+            if pat.get(c, 0)
+        )
+        for c in active
+    }
+    cost: list[cp_model.LinearExprT] = []
+    for c in active:
+        cls = problem.classes[c]
+        m.add(placed[c] <= cls.total)
+        if cls.n_running:
+            evicted = m.new_int_var(0, cls.n_running, f"e{c}")
+            m.add(evicted >= cls.n_running - placed[c])
+            cost.append((EVICT_COST - MOVE_COST) * evicted)
+    for q, value in placed_floors:
+        m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
+    for (n, i), var in use.items():
+        removed = sum(
+            max(0, problem.classes[c].current[n] - columns[n][i].get(c, 0)) for c in active
+        )
+        if removed:
+            cost.append(MOVE_COST * removed * var)
+    m.minimize(sum(cost))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = workers
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    x = [[0] * len(nodes) for _ in problem.classes]
+    for (n, i), var in use.items():
+        if solver.boolean_value(var):
+            for c, k in columns[n][i].items():
+                x[c][n] = k
+    return x
