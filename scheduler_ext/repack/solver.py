@@ -66,8 +66,8 @@ BOUND_SHARE = 0.3
 QUICK_SHARE = 0.15
 PACK_SHARE = 0.2
 HEURISTIC_SHARE = 0.25
-# a place phase gets this many times the time of its disrupt phase: placed pods come first
-PLACE_WEIGHT = 4
+# a place phase gets this many times the time of its disrupt phase (placed pods come first)
+PLACE_WEIGHT = 2
 # a disrupt phase with less time than this goes straight to the search (the bound would starve it)
 MIN_BOUND_SECONDS = 0.5
 
