@@ -45,15 +45,17 @@ def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]
     return groups
 
 
-def _knapsack(
+def knapsack(
     values: Sequence[float],
     weights: Sequence[Sequence[int]],
     limits: Sequence[int],
     cap: Sequence[int],
     node_limit: int = 50_000,
+    partial: bool = False,
 ) -> tuple[float, list[int], float] | None:
     """Bounded multi-dimensional knapsack by depth-first branch and bound. Returns (best value,
-    counts, upper bound) or None when the node limit was hit (the caller then falls back).
+    counts, upper bound) or None when the node limit was hit (the caller then falls back); with
+    ``partial`` it then returns the best counts found and the root's fractional upper bound.
     Hand-written because the pricing problems are tiny and called many times; a CP-SAT model per
     call costs more than the search itself."""
     k = len(values)
@@ -114,12 +116,14 @@ def _knapsack(
         counts[i] = 0
         return True
 
-    if not dfs(0, [max(0, c) for c in cap], 0.0):
+    root = [max(0, c) for c in cap]
+    complete = dfs(0, root, 0.0)
+    if not complete and not partial:
         return None
     out = [0] * k
     for pos, i in enumerate(order):
         out[i] = best[pos]
-    return best_value, out, best_value
+    return best_value, out, best_value if complete else max(best_value, bound(0, root))
 
 
 def _price(
@@ -144,7 +148,7 @@ def _price(
     if not a:
         return None, 0.0
     members_a = list(a)
-    quick = _knapsack(
+    quick = knapsack(
         [duals[c] for c in members_a],
         [problem.classes[c].requests for c in members_a],
         [most[c] for c in members_a],

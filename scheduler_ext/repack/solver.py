@@ -11,9 +11,12 @@ the best of the starting heuristics (``heuristics.best_start``). It is the solve
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
 phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
 not prove quickly gets the pattern-LP bound of ``bounds`` (used as a cut, and as a proof when the
-incumbent meets it) and a price-and-branch packing from the generated patterns.
+incumbent meets it) and a price-and-branch packing from the generated patterns. A disrupt phase
+of the class formulation first gets the per-node pattern-LP lower bound of ``disruption_bound``
+(a proof when the incumbent meets it), then one search with that bound as a cut.
 
-One global time budget is shared out across the remaining phases in proportion to their size;
+One global time budget is shared out across the remaining phases in proportion to their size
+(a place phase weighs PLACE_WEIGHT times its disrupt phase);
 whatever a phase leaves unused flows on. A phase that runs out of time keeps the best of incumbent
 and solver solution, so a plan is never worse than the greedy one. The plan is then mapped to
 pods, sequenced and checked by ``checker``; a plan that fails the check is replaced by an ERROR
@@ -41,6 +44,7 @@ from scheduler_ext.repack.classes import (
     feasible,
     pods_for,
 )
+from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
 from scheduler_ext.repack.plan import (
@@ -62,6 +66,10 @@ BOUND_SHARE = 0.3
 QUICK_SHARE = 0.15
 PACK_SHARE = 0.2
 HEURISTIC_SHARE = 0.25
+# a place phase gets this many times the time of its disrupt phase (placed pods come first)
+PLACE_WEIGHT = 2
+# a disrupt phase with less time than this goes straight to the search (the bound would starve it)
+MIN_BOUND_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -119,6 +127,18 @@ def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
     return _placed(problem, x, p), -_disruption(problem, x, p)
 
 
+class _StopAt(cp_model.CpSolverSolutionCallback):
+    """Stops a minimisation once its objective reaches a bound proven elsewhere."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__()
+        self.bound = bound
+
+    def on_solution_callback(self) -> None:
+        if self.objective_value <= self.bound + 1e-9:
+            self.stop_search()
+
+
 class _Phases:
     """Runs phases against one deadline and records their reports."""
 
@@ -130,7 +150,7 @@ class _Phases:
         tiers = problem.tiers
         sizes = [sum(c.total for c in problem.classes if c.priority >= p) for p in tiers]
         # place phases get twice the weight of disrupt phases; bigger tiers get more
-        self.weights = [w for s in sizes for w in (2 * s, s)]
+        self.weights = [w for s in sizes for w in (PLACE_WEIGHT * s, s)]
         self.index = 0
         self.reports: list[PhaseReport] = []
 
@@ -159,7 +179,7 @@ class _Phases:
             and not fixes
         )
         pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        if cut is not None:
+        if cut is not None and maximise:
             pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
         # placed first, disruption as tie-break: placed weighs more than the largest disruption
         weight = 1
@@ -176,7 +196,12 @@ class _Phases:
         solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
         solver.parameters.num_workers = self.options.workers
         solver.parameters.random_seed = self.options.seed
-        status = solver.solve(pm.model)
+        stopper = None
+        if cut is not None and not maximise:
+            # a proven lower bound: stop as soon as a solution meets it (as a constraint it
+            # slows the search down)
+            stopper = _StopAt(cut)
+        status = solver.solve(pm.model, stopper)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return status, None, None, weight
         return status, pm.read(solver), int(round(solver.best_objective_bound)), weight
@@ -215,10 +240,44 @@ class _Phases:
                 return None, 0, False
             self._report(tier, phase, "FEASIBLE", started, value(incumbent), bound, True)
             return incumbent, value(incumbent), False
-        use_patterns = maximise and self.options.bounds and self.options.formulation == "classes"
+        use_bounds = self.options.bounds and self.options.formulation == "classes"
+        use_patterns = maximise and use_bounds
         best = incumbent
-        first = seconds * (QUICK_SHARE if use_patterns else 1.0)
-        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, None)
+        cut: int | None = None
+        if use_bounds and not maximise and incumbent is not None and seconds >= MIN_BOUND_SECONDS:
+            # disruption: the per-node pattern LP first (it either proves the incumbent or stalls
+            # quickly), then one search with its bound as a cut, so the search is never restarted
+            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            patterns: dict[int, list[dict[int, int]]] = {}
+            lower = disruption_bound(
+                problem,
+                tier,
+                floors,
+                [x for x in (incumbent, hint) if _satisfies(problem, x, fixes, tier)],
+                BOUND_SHARE * seconds,
+                self.clock,
+                target=value(incumbent),
+                columns=patterns,
+            )
+            bound = cut = max(bound, lower)
+            if value(incumbent) > bound:
+                # price-and-branch over the generated patterns: often the optimum itself
+                packed = disruption_solution(
+                    problem,
+                    tier,
+                    floors,
+                    patterns,
+                    PACK_SHARE * (deadline - self.clock()),
+                    self.options.workers,
+                )
+                if packed is not None and _satisfies(problem, packed, fixes, tier):
+                    best = better(packed, best)
+                    hint = best if best is not None else hint
+            if best is not None and value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return best, bound, True
+        first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
+        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False

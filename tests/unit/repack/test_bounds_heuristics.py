@@ -69,7 +69,7 @@ def test_knapsack_matches_brute_force(seed: int) -> None:
     import itertools
     import random
 
-    from scheduler_ext.repack.bounds import _knapsack
+    from scheduler_ext.repack.bounds import knapsack
 
     rng = random.Random(seed)
     k = 4
@@ -83,7 +83,7 @@ def test_knapsack_matches_brute_force(seed: int) -> None:
             sum(n * w[r] for n, w in zip(counts, weights, strict=True)) <= cap[r] for r in range(3)
         ):
             best = max(best, sum(n * v for n, v in zip(counts, values, strict=True)))
-    result = _knapsack(values, weights, limits, cap)
+    result = knapsack(values, weights, limits, cap)
     assert result is not None
     value, counts, _ = result
     assert value == pytest.approx(best)  # float sums of the same terms: rounding only
