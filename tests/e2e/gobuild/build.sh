@@ -24,7 +24,7 @@ need_go() {
   local need have
   need=$(awk '$1 == "go" {print $2; exit}' "$1")
   have=$(go env GOVERSION); have=${have#go}
-  if [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n1) != "$need" ]]; then
+  if [[ $(printf '%s\n%s\n' "$need" "$have" | sort -V | sed -n 1p) != "$need" ]]; then
     echo "e2e-bin: $1 needs go >= $need but the local toolchain is go$have" >&2
     exit 2
   fi
@@ -39,7 +39,7 @@ if [[ -f $out/.complete ]]; then echo "$out"; exit 0; fi
 need_go "$here/kube/go.mod"
 need_go "$here/etcd/go.mod"
 
-kube_version=$(sed -n 's/^\(require\)\{0,1\}[[:space:]]*k8s\.io\/kubernetes \(v[^ ]*\).*/\2/p' "$here/kube/go.mod" | head -n1)
+kube_version=$(sed -n 's/^\(require\)\{0,1\}[[:space:]]*k8s\.io\/kubernetes \(v[^ ]*\).*/\2/p' "$here/kube/go.mod" | sed -n 1p)
 [[ $kube_version =~ ^v([0-9]+)\.([0-9]+)\. ]] || { echo "e2e-bin: no k8s.io/kubernetes in kube/go.mod" >&2; exit 1; }
 major=${BASH_REMATCH[1]} minor=${BASH_REMATCH[2]}
 
@@ -70,7 +70,8 @@ echo "e2e-bin: building Kubernetes $kube_version and etcd into $out" >&2
   go.etcd.io/etcd/server/v3)
 
 "$tmp/kube-apiserver" --version >&2
-"$tmp/etcd" --version | head -n1 >&2
+# sed, not head: head exiting early would SIGPIPE the writer and fail the build under pipefail.
+"$tmp/etcd" --version | sed -n 1p >&2
 rm -rf "$out"
 mv "$tmp" "$out"
 touch "$out/.complete"
