@@ -105,10 +105,11 @@ def namespace(api_client: kubernetes.client.ApiClient) -> Iterator[str]:
     wait_for(has_default_sa, 60, f"ServiceAccount {name}/default")
     yield name
     # Pods held Pending must not outlive the test: a later extender would rebuild reservations
-    # for them. Delete at once (no kubelet confirmation needed with grace 0) and wait.
+    # for them. A terminating namespace refuses new pods, so controllers (a Deployment's
+    # ReplicaSet) cannot replace them; then delete at once (grace 0) and wait.
+    core.delete_namespace(name)
     core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
     wait_for(lambda: not core.list_namespaced_pod(name).items, 90, f"pods of {name} gone")
-    core.delete_namespace(name)
 
 
 @pytest.fixture
