@@ -111,6 +111,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_env_argument(
         rules,
+        "--managed-schedulers",
+        default="carico-scheduler",
+        help="comma-separated spec.schedulerName values whose pods Carico decides for; pods of "
+        "other profiles pass every verb untouched (kube-scheduler sends them too). "
+        "Empty: manage every pod",
+    )
+    add_env_argument(
+        rules,
         "--reservation-ttl",
         type=_positive,
         default=300.0,
@@ -159,7 +167,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     namespaces = frozenset(n.strip() for n in args.excluded_namespaces.split(",") if n.strip())
+    managed = frozenset(n.strip() for n in args.managed_schedulers.split(",") if n.strip())
     return Settings(
+        managed_schedulers=managed,
         threshold=args.threshold,
         stale_after=args.stale_after,
         stale_policy=StaleData(args.stale_policy),

@@ -2,7 +2,9 @@
 
 Pods that must never be blocked by measured capacity pass every decision untouched: DaemonSet pods
 (they belong on every node by design), static/mirror pods (the kubelet runs them whatever the
-scheduler says), pods of the critical priority classes, and pods in excluded namespaces. Pure logic:
+scheduler says), pods of the critical priority classes, pods in excluded namespaces, and pods of
+scheduler profiles Carico does not manage (kube-scheduler calls an extender for the pods of every
+profile, so a ``default-scheduler`` pod reaches it too and must pass through). Pure logic:
 no I/O, no clock. Neighbours: ``wire`` (decoded pods), ``decisions`` and ``ledger`` (users).
 """
 
@@ -15,6 +17,8 @@ from scheduler_ext import wire
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CRITICAL_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
+DEFAULT_MANAGED_SCHEDULERS = ("carico-scheduler",)
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server fills in when a pod names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +31,7 @@ class PodFacts:
     owner_kinds: tuple[str, ...] = ()
     mirror: bool = False
     priority_class: str = ""
+    scheduler: str = ""  # spec.schedulerName; "" when unknown (a bind of a pod never filtered)
 
     @property
     def key(self) -> str:
@@ -44,17 +49,31 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
         owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
         mirror=MIRROR_ANNOTATION in annotations,
         priority_class=spec.priorityClassName or "",
+        scheduler=spec.schedulerName or DEFAULT_SCHEDULER,
     )
 
 
 @dataclass(frozen=True)
 class ExemptionPolicy:
-    """The configurable part of the exemption rule: which namespaces are excluded."""
+    """The configurable part of the exemption rule: excluded namespaces and managed schedulers.
+
+    ``managed_schedulers`` empty means every scheduler profile is managed. A pod whose scheduler is
+    unknown ("", as for a bind of a pod no filter call described) is treated as managed: reserving
+    for a pod that needed none costs one unit until the watch releases it, while letting a managed
+    pod through unreserved could over-commit the node.
+    """
 
     excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    managed_schedulers: frozenset[str] = frozenset(DEFAULT_MANAGED_SCHEDULERS)
 
     def reason(self, pod: PodFacts) -> str | None:
         """Why ``pod`` is exempt from capacity decisions, or None when it is not."""
+        if (
+            pod.scheduler
+            and self.managed_schedulers
+            and pod.scheduler not in self.managed_schedulers
+        ):
+            return f"scheduler {pod.scheduler} is not managed by Carico"
         if "DaemonSet" in pod.owner_kinds:
             return "owned by a DaemonSet"
         if pod.mirror:

@@ -44,6 +44,8 @@ class Settings:
     stale_after: float = 10.0
     stale_policy: StaleData = StaleData.FAIL_OPEN
     excluded_namespaces: frozenset[str] = frozenset({"kube-system"})
+    # Empty: every scheduler profile's pods are managed.
+    managed_schedulers: frozenset[str] = frozenset({"carico-scheduler"})
     reservation_ttl: float = 300.0
     forget_after: float = 3600.0  # nodes silent this long are dropped (deleted nodes)
     explain_pods: int = 1024
@@ -91,7 +93,7 @@ class ExtenderService:
         self.clock = clock
         self.wall = wall
         self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
-        exemptions = ExemptionPolicy(settings.excluded_namespaces)
+        exemptions = ExemptionPolicy(settings.excluded_namespaces, settings.managed_schedulers)
         self.ledger = Ledger(
             self.table,
             ttl=settings.reservation_ttl,

@@ -37,6 +37,7 @@ class ObjectMeta(msgspec.Struct):
 class PodSpec(msgspec.Struct):
     priorityClassName: str | None = None
     nodeName: str | None = None
+    schedulerName: str | None = None
 
 
 class Pod(msgspec.Struct):

@@ -20,7 +20,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from e2e_controlplane import ControlPlane, ControlPlaneError, locate_binaries, wait_for
-from fake_kubelet import AnnotationTiming, FakeKubelet, NodeSpec, PodCountsRecorder
+from e2e_extender import CapacityFeed, CaricoFactory, ExtenderProcess
+from fake_kubelet import AnnotationTiming, FakeKubelet, NodeSpec, PodCounts, PodCountsRecorder
+
+from carico.schedconfig import ExtenderConfig
 
 FAKE_NODES = tuple(
     NodeSpec(name=f"e2e-node-{i}", cpu="8", memory="32Gi", pods=110) for i in range(3)
@@ -101,4 +104,52 @@ def namespace(api_client: kubernetes.client.ApiClient) -> Iterator[str]:
 
     wait_for(has_default_sa, 60, f"ServiceAccount {name}/default")
     yield name
+    # Pods held Pending must not outlive the test: a later extender would rebuild reservations
+    # for them. A terminating namespace refuses new pods, so controllers (a Deployment's
+    # ReplicaSet) cannot replace them; then delete at once (grace 0) and wait.
     core.delete_namespace(name)
+    core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+    wait_for(lambda: not core.list_namespaced_pod(name).items, 90, f"pods of {name} gone")
+
+
+@pytest.fixture
+def carico(
+    control_plane: ControlPlane,
+    fake_kubelet: FakeKubelet,
+    pod_counts_hook: PodCountsRecorder,
+    tmp_path: Path,
+) -> Iterator[CaricoFactory]:
+    """Start the real Carico extender (subprocess), feed it capacity, point kube-scheduler at it.
+
+    Call it with extender flags and the scheduler's extender options; the session's scheduler goes
+    back to no extender afterwards.
+    """
+    started: list[tuple[ExtenderProcess, CapacityFeed]] = []
+
+    def make(
+        *flags: str, node_cache_capable: bool = False, ignorable: bool = False
+    ) -> tuple[ExtenderProcess, CapacityFeed]:
+        ext = ExtenderProcess(control_plane.kubeconfig, tmp_path, *flags)
+        ext.start()
+        feed = CapacityFeed(
+            f"127.0.0.1:{ext.grpc_port}",
+            [n.name for n in FAKE_NODES],
+            pods=lambda node: pod_counts_hook.latest.get(node, PodCounts()).pods,
+        )
+        feed.start()
+        started.append((ext, feed))
+        control_plane.restart_scheduler(
+            [
+                ExtenderConfig(
+                    ext.url_prefix, node_cache_capable=node_cache_capable, ignorable=ignorable
+                )
+            ]
+        )
+        return ext, feed
+
+    yield make
+    if started:
+        control_plane.restart_scheduler([])
+    for ext, feed in started:
+        feed.stop()
+        ext.stop()

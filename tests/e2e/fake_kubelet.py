@@ -34,6 +34,8 @@ import kubernetes
 from kubernetes.client.rest import ApiException
 
 RUN_SECONDS_ANNOTATION = "carico.io/sim-run-seconds"
+# Overrides the start-up delay of one pod: tests hold pods bound-but-Pending with it.
+STARTUP_SECONDS_ANNOTATION = "carico.io/sim-startup-seconds"
 LEASE_NAMESPACE = "kube-node-lease"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 FAKE_KUBELET_VERSION = "v0.0.0-carico-fake-kubelet"
@@ -90,12 +92,22 @@ class PodTiming(Protocol):
 
 @dataclass(frozen=True)
 class AnnotationTiming:
-    """Fixed start-up delay; run time from the ``carico.io/sim-run-seconds`` annotation."""
+    """Start-up delay fixed or from ``carico.io/sim-startup-seconds``; run time from
+    ``carico.io/sim-run-seconds``."""
 
     startup_delay_s: float = 0.5
 
     def startup_delay(self, pod: Any, node: str, counts: PodCounts) -> float:
-        return self.startup_delay_s
+        raw = (pod.metadata.annotations or {}).get(STARTUP_SECONDS_ANNOTATION)
+        if raw is None:
+            return self.startup_delay_s
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            log.warning(
+                "pod %s: ignoring bad %s=%r", pod.metadata.name, STARTUP_SECONDS_ANNOTATION, raw
+            )
+            return self.startup_delay_s
 
     def run_seconds(self, pod: Any, node: str, counts: PodCounts) -> float | None:
         raw = (pod.metadata.annotations or {}).get(RUN_SECONDS_ANNOTATION)
@@ -319,6 +331,18 @@ class FakeKubelet:
     def _schedule_locked(self, delay_s: float, action: str, uid: str) -> None:
         heapq.heappush(self._timers, (self.clock() + delay_s, next(self._seq), action, uid))
         self._wake.notify()
+
+    def start_now(self, namespace: str) -> int:
+        """Start every pod of ``namespace`` still starting (ends a long start-up delay early)."""
+        with self._lock:
+            uids = [
+                uid
+                for uid, st in self._pods.items()
+                if st.namespace == namespace and st.phase == "Pending" and not st.deleting
+            ]
+            for uid in uids:
+                self._schedule_locked(0.0, "start", uid)
+        return len(uids)
 
     def _observe(self, event_type: str, pod: Any) -> set[str]:
         """Fold one watch event into the local state; returns nodes whose counts may change."""

@@ -40,6 +40,7 @@ FLAGS = [
     "--stale-after",
     "--stale-policy",
     "--excluded-namespaces",
+    "--managed-schedulers",
     "--reservation-ttl",
     "--forget-after",
     "--explain-pods",

@@ -81,3 +81,33 @@ async def test_parallel_binds_never_over_reserve(make_extender: MakeExtender) ->
     refused = [body["Error"] for _, body in replies if body["Error"]]
     assert len(refused) == 240 - 9
     assert all(e.startswith("carico: avail ") for e in refused)
+
+
+async def test_unmanaged_scheduler_pods_are_bound_without_reservation(
+    make_extender: MakeExtender,
+) -> None:
+    from .conftest import extender_args, pod_object
+
+    ext: Extender = await make_extender()
+    ext.feed("n1", 0.0)  # full: a managed pod would be refused
+    pod = pod_object("plain", uid="uid-plain", spec__schedulerName="default-scheduler")
+    status, reply = await ext.post("filter", extender_args(pod, ["n1"]))
+    assert status == 200 and reply["NodeNames"] == ["n1"]
+    assert (await ext.post("bind", _bind("plain", "n1")))[1] == {"Error": ""}
+    assert ext.service.table.reserved("n1") == 0
+    assert [b.name for b in ext.cluster.bindings] == ["plain"]
+    # The same pod under the carico profile is decided (and refused) as before.
+    managed = pod_object("mine", uid="uid-mine")
+    _, reply = await ext.post("filter", extender_args(managed, ["n1"]))
+    assert reply["NodeNames"] == [] and "n1" in reply["FailedNodes"]
+    assert "avail" in (await ext.post("bind", _bind("mine", "n1")))[1]["Error"]
+
+
+async def test_managed_schedulers_empty_manages_every_pod(make_extender: MakeExtender) -> None:
+    from .conftest import extender_args, pod_object
+
+    ext: Extender = await make_extender(Settings(managed_schedulers=frozenset()))
+    ext.feed("n1", 0.0)
+    pod = pod_object("plain", uid="uid-plain", spec__schedulerName="default-scheduler")
+    _, reply = await ext.post("filter", extender_args(pod, ["n1"]))
+    assert reply["NodeNames"] == [] and "n1" in reply["FailedNodes"]

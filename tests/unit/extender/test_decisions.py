@@ -178,3 +178,27 @@ def test_loop_and_vectorised_paths_agree(make_report: MakeReport, policy: StaleD
     few = names[490:510]
     assert d.filter(POD, few, 15.0) == d._filter_vector(few, 15.0)
     assert d.prioritize(POD, few, 15.0) == d._prioritize_vector(few, 15.0)
+
+
+def test_pods_of_unmanaged_schedulers_pass_through(make_report: MakeReport) -> None:
+    # kube-scheduler sends every profile's pods to the extender; only managed ones are decided.
+    d = _decider(make_report, {"full": 0.0})
+    other = PodFacts("shop", "web-2", "u2", scheduler="default-scheduler")
+    result = d.filter(other, ["full"], now=1.0)
+    assert result.passed == ["full"] and result.failed == {}
+    assert result.exempt == "scheduler default-scheduler is not managed by Carico"
+    managed = PodFacts("shop", "web-3", "u3", scheduler="carico-scheduler")
+    assert d.filter(managed, ["full"], now=1.0).failed.keys() == {"full"}
+
+
+def test_managed_schedulers_policy() -> None:
+    default = ExemptionPolicy()
+    assert default.reason(PodFacts("shop", "a", scheduler="carico-scheduler")) is None
+    assert default.reason(PodFacts("shop", "a", scheduler="default-scheduler")) is not None
+    # Unknown scheduler (a bind of a pod no filter described): treated as managed.
+    assert default.reason(PodFacts("shop", "a")) is None
+    everything = ExemptionPolicy(managed_schedulers=frozenset())
+    assert everything.reason(PodFacts("shop", "a", scheduler="default-scheduler")) is None
+    two = ExemptionPolicy(managed_schedulers=frozenset({"carico-scheduler", "batch"}))
+    assert two.reason(PodFacts("shop", "a", scheduler="batch")) is None
+    assert two.reason(PodFacts("shop", "a", scheduler="other")) is not None
