@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean image image-test
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint Dockerfile
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
@@ -41,6 +42,14 @@ e2e-bin:
 e2e:
 	@echo "make e2e: not available yet - the end-to-end suite under tests/e2e/ does not exist." >&2
 	@exit 2
+
+# The container image as an OCI layout in .cache/image/oci, built without Docker (needs root).
+image:
+	deploy/image/build.sh
+
+# Runs carico inside the built image; slow, so not part of make test.
+image-test:
+	deploy/image/smoke.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
