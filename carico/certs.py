@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import base64
 import datetime as dt
+import ipaddress
 import json
 import re
 import sys
@@ -45,11 +46,12 @@ DEFAULT_DAYS = 365
 DEFAULT_CA_DAYS = 3650
 # kube-scheduler reaches its extender sidecar on loopback.
 LOOPBACK = ("localhost", "127.0.0.1", "::1")
-COMPONENTS = ("aggregator", "extender", "agent")
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+# A DNS name; only the first label may be a wildcard ("*").
 _HOST = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9*]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$"
+    r"^(?=.{1,253}$)(\*|[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)"
+    r"(\.[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?)*$"
 )
 
 
@@ -233,9 +235,7 @@ def render(manifests: list[dict[str, Any]], fmt: str) -> str:
 
 
 def is_host(text: str) -> bool:
-    """A DNS name (wildcards allowed) or an IP address."""
-    import ipaddress
-
+    """A DNS name (a wildcard first label allowed) or an IP address."""
     try:
         ipaddress.ip_address(text)
         return True

@@ -7,7 +7,9 @@ The client dials 127.0.0.1 but verifies the server under its in-cluster Service 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,7 +18,7 @@ import pytest
 import yaml
 
 from carico import certs
-from carico.tls import grpc_channel_credentials, grpc_server_credentials
+from carico.tls import grpc_channel_credentials, grpc_server_credentials, server_ssl_context
 from protos.carico.v1 import (
     aggregator_pb2,
     aggregator_pb2_grpc,
@@ -123,3 +125,46 @@ async def test_agent_streams_to_the_extender_with_credentials_from_the_secret(
         assert summary.accepted == 3
     finally:
         await server.stop(None)
+
+
+async def test_kube_scheduler_reaches_the_extender_https_on_loopback(pki: Path) -> None:
+    # The extender's HTTPS endpoint (server_ssl_context, no client certificate) as kube-scheduler
+    # sees it: a client trusting the CA and checking the loopback address it dials.
+    server_context = server_ssl_context(pki / "extender.crt", pki / "extender.key")
+    got: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got.append(await reader.readline())
+        writer.write(b"ok\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_context)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        client = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        for host in ("127.0.0.1", "localhost"):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, ssl=client, server_hostname=host
+            )
+            writer.write(b"hello\n")
+            assert await reader.readline() == b"ok\n"
+            writer.close()
+        # The aggregator's certificate does not name loopback: the handshake fails.
+        wrong = server_ssl_context(pki / "aggregator.crt", pki / "aggregator.key")
+        other = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=wrong)
+        try:
+            with pytest.raises(ssl.SSLCertVerificationError):
+                await asyncio.open_connection(
+                    "127.0.0.1",
+                    other.sockets[0].getsockname()[1],
+                    ssl=client,
+                    server_hostname="127.0.0.1",
+                )
+        finally:
+            other.close()
+            await other.wait_closed()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert got == [b"hello\n", b"hello\n"]

@@ -164,6 +164,8 @@ def test_an_existing_ca_signs_and_must_outlive_the_certificates() -> None:
         ({"cluster_domain": "bad domain"}, "cluster domain"),
         ({"extra_hosts": {"agent": ("x",)}}, "server certificates"),
         ({"extra_hosts": {"aggregator": ("bad host!",)}}, "neither"),
+        ({"extra_hosts": {"aggregator": ("a*.example.com",)}}, "neither"),
+        ({"extra_hosts": {"extender": ("x." * 130 + "com",)}}, "neither"),  # > 253 characters
     ],
 )
 def test_bad_names_are_refused(kwargs: dict[str, object], message: str) -> None:
@@ -172,9 +174,11 @@ def test_bad_names_are_refused(kwargs: dict[str, object], message: str) -> None:
 
 
 def test_extra_sans_are_added_to_server_certificates() -> None:
-    leaves = certs.plan(extra_hosts={"aggregator": ("agg.example.com", "10.0.0.7")})
+    leaves = certs.plan(
+        extra_hosts={"aggregator": ("agg.example.com", "10.0.0.7", "*.carico.example.com")}
+    )
     bundle = certs.issue(leaves, now=NOW)
-    assert {"agg.example.com", "10.0.0.7", "carico-aggregator.carico-system.svc"} <= _sans(
+    assert {"agg.example.com", "10.0.0.7", "*.carico.example.com"} <= _sans(
         _cert(bundle.leaves["aggregator"].cert_pem)
     )
 
