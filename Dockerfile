@@ -4,7 +4,11 @@
 # On machines without a container engine, deploy/image/build.sh builds the same image
 # (`make image`); keep the two in step.
 
-FROM debian:bookworm-slim AS builder
+# BASE is replaceable so the Dockerfile can be checked offline against a local stand-in
+# (deploy/image/check-dockerfile.sh).
+ARG BASE=debian:bookworm-slim
+
+FROM ${BASE} AS builder
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 # Debian's python3 (not a python base image) so the venv's interpreter path is identical in both
 # stages and in the debootstrap build.
@@ -26,7 +30,7 @@ RUN python3 -m venv /opt/carico \
        -prune -exec rm -rf {} + \
     && /opt/carico/bin/carico --version
 
-FROM debian:bookworm-slim
+FROM ${BASE}
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 \
     && rm -rf /var/lib/apt/lists/* /usr/share/doc/* /usr/share/man/* /usr/share/locale/* \

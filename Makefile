@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean image image-test
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean image image-test image-dockerfile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ image:
 # Runs carico inside the built image; slow, so not part of make test.
 image-test:
 	deploy/image/smoke.sh
+
+# Builds the Dockerfile itself with buildah against a local Debian stand-in base (needs root).
+image-dockerfile:
+	deploy/image/check-dockerfile.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
