@@ -36,17 +36,17 @@ step() { echo "==> $*"; }
 
 # --- tools -------------------------------------------------------------------------------------
 missing=()
-for tool in debootstrap umoci unshare chroot; do
+for tool in debootstrap umoci unshare chroot python3; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 \
         || die "missing ${missing[*]} and no apt-get to install them: this build needs a Debian-like host"
-    step "installing debootstrap and umoci with apt-get (missing: ${missing[*]})"
+    step "installing the build tools with apt-get (missing: ${missing[*]})"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq || die "apt-get update failed: is the Debian archive reachable?"
-    apt-get install -y -qq --no-install-recommends debootstrap umoci util-linux coreutils >/dev/null \
-        || die "apt-get install debootstrap umoci failed"
+    apt-get install -y -qq --no-install-recommends debootstrap umoci util-linux coreutils \
+        python3 >/dev/null || die "apt-get install debootstrap umoci python3 failed"
 fi
 unshare --mount true 2>/dev/null \
     || die "cannot create a mount namespace (unshare --mount): the build needs CAP_SYS_ADMIN"
@@ -125,7 +125,8 @@ CACHE_BIND=$OUT/pip in_root "$OUT/builder" '
         find /opt/carico/lib -path "*/site-packages/*" -type d \( -name tests -o -name test \) \
             -prune -exec rm -rf {} +
         /opt/carico/bin/carico --version
-    ' "${pip_env[@]}" || die "building the wheels or installing them in the builder failed"
+    ' "${pip_env[@]}" \
+    || die "building the wheels or installing them in the builder failed (is PyPI reachable?)"
 
 # --- runtime stage -----------------------------------------------------------------------------
 step "runtime: debootstrap $SUITE (minbase + python3)"
