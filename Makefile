@@ -19,6 +19,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/shellcheck deploy/image/*.sh
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest

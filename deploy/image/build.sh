@@ -80,6 +80,7 @@ bootstrap() {
 in_root() {
     local root=$1 script=$2
     shift 2
+    # shellcheck disable=SC2016  # the inner script expands its own arguments
     CACHE_BIND=${CACHE_BIND:-} unshare --mount --propagation private /bin/sh -euc '
         root=$1; script=$2; shift 2
         mount -t proc proc "$root/proc"

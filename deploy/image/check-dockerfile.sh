@@ -24,8 +24,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null 2>&1 || die "missing ${missing[*]} and no apt-get to install them"
     step "installing ${missing[*]} with apt-get"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap buildah >/dev/null \
-        || die "apt-get install debootstrap buildah failed"
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends debootstrap buildah \
+        >/dev/null; } || die "apt-get install debootstrap buildah failed"
 fi
 
 start=$(date +%s)
