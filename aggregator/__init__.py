@@ -1,1 +1,5 @@
-"""The aggregator: merges the nodes' local models into the global model over gRPC."""
+"""The Carico aggregator: merges the nodes' models into the global model over gRPC (DESIGN §3.4).
+
+Pure logic in ``validate``, ``store`` and ``wire``; files in ``checkpoint``; the asyncio service in
+``service``; gRPC in ``grpc_server`` and ``grpc_client``; the command line in ``cli``.
+"""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import importlib.util
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,10 +32,12 @@ def _plugin(name: str) -> str:
 
 def generate(out_root: Path) -> list[Path]:
     """Compile every .proto into ``out_root/protos/carico/v1``; return the files written."""
-    from grpc_tools import protoc  # dev-only dependency
-
+    # grpc_tools (dev-only) is located, not imported: see the subprocess call below.
+    spec = importlib.util.find_spec("grpc_tools")
+    if spec is None or spec.origin is None:
+        raise SystemExit("grpc_tools not found: install the dev extras (make install)")
     protos = sorted(PROTO_DIR.glob("*.proto"))
-    include = Path(protoc.__file__).parent / "_proto"
+    include = Path(spec.origin).parent / "_proto"
     args = [
         "protoc",
         f"-I{ROOT}",
@@ -46,7 +50,9 @@ def generate(out_root: Path) -> list[Path]:
         f"--mypy_grpc_out={out_root}",
         *(str(p.relative_to(ROOT)) for p in protos),
     ]
-    if protoc.main(args) != 0:
+    # In a child process: importing grpc_tools.protoc crashes a process that has already loaded
+    # OR-Tools (both bundle a protobuf runtime), as a test run that exercises the repacker has.
+    if subprocess.call([sys.executable, "-m", "grpc_tools.protoc", *args[1:]]) != 0:
         raise SystemExit("protoc failed")
     out_dir = out_root / "protos" / "carico" / "v1"
     return sorted(p for p in out_dir.iterdir() if p.name.endswith(SUFFIXES))

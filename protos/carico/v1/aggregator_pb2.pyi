@@ -81,7 +81,9 @@ class LocalModel(_message.Message):
     timestamp: _builtins.float
     """sender's wall clock, unix seconds"""
     weight: _builtins.int
-    """How many nodes this model stands for: 1 for an agent, N for a child aggregator's merged model."""
+    """How many nodes this model stands for: 1 for an agent, N for a child aggregator's merged model.
+    0 (unset) counts as 1; the aggregator refuses more than 1,000,000.
+    """
     @_builtins.property
     def model(self) -> Global___SubspaceFactor: ...
     @_builtins.property
@@ -160,7 +162,9 @@ class GlobalModel(_message.Message):
     aggregator: _builtins.str
     """name of the aggregator that answered"""
     @_builtins.property
-    def model(self) -> Global___SubspaceFactor: ...
+    def model(self) -> Global___SubspaceFactor:
+        """Full rank (r = d): the eigendecomposition of the mean second moment, so it is exact."""
+
     @_builtins.property
     def priors(self) -> Global___FleetPriors: ...
     def __init__(

@@ -1,0 +1,303 @@
+"""``carico aggregator``: flags, start-up and orderly shutdown of the aggregation service.
+
+Starts the gRPC server, the ops HTTP endpoint (/metrics, /healthz, /readyz), the background tasks
+and, with ``--parent``, the link to a parent aggregator. SIGTERM and SIGINT stop it cleanly: the
+server stops taking calls, in-flight ones finish, and the final checkpoint is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from aggregator.grpc_client import ClientTls, ParentLink
+from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_grpc_server
+from aggregator.metrics import AggregatorMetrics
+from aggregator.service import AggregatorConfig, AggregatorService
+from aggregator.validate import ValidationError, check_feature_names, check_node_name
+from carico.cliargs import add_env_argument
+from carico.http_ops import start_ops_server
+from carico.logs import add_logging_arguments, configure_logging
+
+log = logging.getLogger("carico.aggregator")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _features(text: str) -> tuple[str, ...] | None:
+    if not text.strip():
+        return None
+    names = tuple(n.strip() for n in text.split(","))
+    try:
+        return check_feature_names(names, len(names))
+    except ValidationError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    arg = parser.add_argument_group("service")
+    add_env_argument(
+        arg,
+        "--listen",
+        default="0.0.0.0:7070",
+        metavar="HOST:PORT",
+        help="gRPC address to serve on",
+    )
+    add_env_argument(
+        arg,
+        "--ops-listen",
+        default="0.0.0.0:9470",
+        type=_host_port,
+        metavar="HOST:PORT",
+        help="HTTP endpoint for /metrics, /healthz, /readyz",
+    )
+    add_env_argument(
+        arg,
+        "--name",
+        default=socket.gethostname().lower(),
+        help="this aggregator's name (a DNS-1123 name; it is the node name a parent sees)",
+    )
+    add_env_argument(
+        arg,
+        "--ttl",
+        default=30.0,
+        type=_positive,
+        help="seconds after which a silent node drops out of the global model",
+    )
+    add_env_argument(
+        arg,
+        "--features",
+        default=None,
+        type=_features,
+        metavar="NAME,NAME,...",
+        help="the feature set every model must have; unset: learned from the first model",
+    )
+    add_env_argument(
+        arg,
+        "--recompute-interval",
+        default=0.05,
+        type=_positive,
+        help="seconds between recomputations of the global model while models arrive",
+    )
+    add_env_argument(
+        arg,
+        "--max-senders",
+        default=100_000,
+        type=_positive_int,
+        help="most agents and child aggregators held at once (further new senders are refused)",
+    )
+    add_env_argument(
+        arg,
+        "--max-message-bytes",
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        type=_positive_int,
+        help="largest request accepted (a parent must allow 8 bytes per node behind a child)",
+    )
+    add_env_argument(
+        arg,
+        "--max-concurrent-rpcs",
+        default=0,
+        type=_non_negative_int,
+        help="calls in flight beyond which new ones get RESOURCE_EXHAUSTED at once; 0: no limit",
+    )
+    ckpt = parser.add_argument_group("checkpoint")
+    add_env_argument(
+        ckpt,
+        "--checkpoint",
+        default=None,
+        type=Path,
+        metavar="PATH",
+        help="file to save the node models to and restore them from on start; unset: none",
+    )
+    add_env_argument(
+        ckpt,
+        "--checkpoint-interval",
+        default=30.0,
+        type=_positive,
+        help="seconds between checkpoint writes (one is also written on shutdown)",
+    )
+    tls = parser.add_argument_group("TLS of the gRPC server")
+    add_env_argument(tls, "--tls-cert", type=Path, metavar="PATH", help="server certificate (PEM)")
+    add_env_argument(tls, "--tls-key", type=Path, metavar="PATH", help="server private key (PEM)")
+    add_env_argument(
+        tls,
+        "--tls-client-ca",
+        type=Path,
+        metavar="PATH",
+        help="CA that must have signed client certificates (enables mTLS)",
+    )
+    parent = parser.add_argument_group("parent aggregator (tree)")
+    add_env_argument(
+        parent,
+        "--parent",
+        default=None,
+        metavar="ADDRESS",
+        help="forward the merged model to this aggregator and serve its fleet-wide model",
+    )
+    add_env_argument(
+        parent,
+        "--parent-interval",
+        default=1.0,
+        type=_positive,
+        help="seconds between exchanges with the parent",
+    )
+    add_env_argument(
+        parent, "--parent-timeout", default=2.0, type=_positive, help="deadline of a parent call"
+    )
+    add_env_argument(
+        parent,
+        "--parent-tls-ca",
+        type=Path,
+        metavar="PATH",
+        help="CA to trust for the parent's certificate (enables TLS to the parent)",
+    )
+    add_env_argument(
+        parent, "--parent-tls-cert", type=Path, metavar="PATH", help="client certificate (mTLS)"
+    )
+    add_env_argument(
+        parent, "--parent-tls-key", type=Path, metavar="PATH", help="client private key (mTLS)"
+    )
+    add_logging_arguments(parser)
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    """A usage error in the flag combination, or None."""
+    try:
+        check_node_name(args.name, "--name")
+    except ValidationError as exc:
+        return str(exc)
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_client_ca is not None and args.tls_cert is None:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
+    if (args.parent_tls_cert is None) != (args.parent_tls_key is None):
+        return "--parent-tls-cert and --parent-tls-key go together"
+    if args.parent_tls_cert is not None and args.parent_tls_ca is None:
+        return "--parent-tls-cert needs --parent-tls-ca"
+    return None
+
+
+async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
+    """Run until ``stop`` is set."""
+    metrics = AggregatorMetrics()
+    service = AggregatorService(
+        AggregatorConfig(
+            name=args.name,
+            ttl=args.ttl,
+            feature_names=args.features,
+            recompute_interval=args.recompute_interval,
+            max_senders=args.max_senders,
+            checkpoint_path=args.checkpoint,
+            checkpoint_interval=args.checkpoint_interval,
+        ),
+        metrics,
+    )
+    await service.start()
+    tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    try:
+        server, port = await start_grpc_server(
+            service,
+            args.listen,
+            tls=tls,
+            max_message_bytes=args.max_message_bytes,
+            max_concurrent_rpcs=args.max_concurrent_rpcs or None,
+        )
+    except (OSError, RuntimeError, ValueError) as exc:
+        log.error("cannot start the gRPC server", extra={"listen": args.listen, "error": str(exc)})
+        print(f"carico aggregator: cannot serve on {args.listen}: {exc}", file=sys.stderr)
+        await service.stop()
+        return 1
+    ops_host, ops_port = args.ops_listen
+    ops = await start_ops_server(ops_host, ops_port, metrics.registry)
+    link: ParentLink | None = None
+    link_task: asyncio.Task[None] | None = None
+    if args.parent:
+        client_tls = (
+            ClientTls(args.parent_tls_ca, args.parent_tls_cert, args.parent_tls_key)
+            if args.parent_tls_ca
+            else None
+        )
+        link = ParentLink(
+            service,
+            args.parent,
+            tls=client_tls,
+            interval=args.parent_interval,
+            timeout=args.parent_timeout,
+        )
+        link_task = asyncio.create_task(link.run())
+    log.info(
+        "serving",
+        extra={
+            "grpc_port": port,
+            "ops_port": ops.port,
+            "aggregator": args.name,
+            "parent": args.parent,
+        },
+    )
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping")
+        if link_task is not None and link is not None:
+            link_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await link_task
+            await link.close()
+        await server.stop(grace=2.0)
+        await service.stop()
+        await ops.close()
+        log.info("stopped", extra={"checkpoint": str(args.checkpoint) if args.checkpoint else None})
+    return 0
+
+
+async def _main(args: argparse.Namespace) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    return await serve(args, stop)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    problem = _check(args)
+    if problem is not None:
+        print(f"carico aggregator: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_main(args))
+    except ValueError as exc:  # unreadable TLS files and the like
+        print(f"carico aggregator: {exc}", file=sys.stderr)
+        return 2

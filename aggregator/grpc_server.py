@@ -1,0 +1,106 @@
+"""The gRPC transport of the aggregator: serves ``carico.v1.Aggregator/Exchange`` (grpc.aio).
+
+The method is registered by hand instead of through the generated servicer so that the reply goes
+out as the service's cached, already serialised bytes (no per-call serialisation) and so that a
+request that does not even parse is answered ``INVALID_ARGUMENT`` like any other bad model.
+Oversized messages are refused by gRPC itself (``RESOURCE_EXHAUSTED``) through
+``grpc.max_receive_message_length``.
+
+Neighbours: ``service`` does the work; ``grpc_client`` is the other end of a parent link; ``cli``
+starts this server.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from aggregator.service import AggregatorService, ExchangeRefused
+from carico.tls import grpc_server_credentials
+from protos.carico.v1 import aggregator_pb2
+
+SERVICE_NAME = "carico.v1.Aggregator"
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
+
+_CODES = {
+    "invalid": grpc.StatusCode.INVALID_ARGUMENT,
+    "over_capacity": grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """Server certificate and key; with ``client_ca`` clients must present a certificate (mTLS)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+
+def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
+    metrics = service.metrics
+    observe = metrics.exchange_latency.observe
+    counts = metrics.exchanges
+    parse = aggregator_pb2.LocalModel.FromString
+    perf_counter = time.perf_counter
+
+    async def exchange(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        start = perf_counter()
+        try:
+            try:
+                message = parse(request)
+            except DecodeError as exc:
+                counts["invalid"] += 1
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, f"not a carico.v1.LocalModel: {exc}"
+                )
+            try:
+                return service.exchange(message)
+            except ExchangeRefused as exc:
+                await context.abort(_CODES.get(exc.outcome, grpc.StatusCode.INTERNAL), str(exc))
+        finally:
+            observe(perf_counter() - start)
+        raise AssertionError("unreachable: abort raises")  # pragma: no cover
+
+    # No (de)serialisers: the handler parses the request itself and returns ready-made bytes.
+    return grpc.unary_unary_rpc_method_handler(exchange)
+
+
+async def start_grpc_server(
+    service: AggregatorService,
+    address: str,
+    *,
+    tls: ServerTls | None = None,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_concurrent_rpcs: int | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """Start serving on ``address`` (port 0 picks a free one); return the server and its port.
+
+    With ``max_concurrent_rpcs``, calls beyond that many in flight are refused at once with
+    ``RESOURCE_EXHAUSTED`` (agents retry on their next round) instead of queueing without bound.
+    """
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", max_message_bytes),
+            # Two servers must never share a port silently.
+            ("grpc.so_reuseport", 0),
+        ],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
+    )
+    handlers = {"Exchange": exchange_handler(service)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    # Registered methods are matched inside gRPC's core instead of by a Python lookup per call.
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+    if tls is None:
+        port = server.add_insecure_port(address)
+    else:
+        creds = grpc_server_credentials(tls.cert, tls.key, tls.client_ca)
+        port = server.add_secure_port(address, creds)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    await server.start()
+    return server, port

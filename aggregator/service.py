@@ -1,0 +1,265 @@
+"""The running aggregator: the store, the cached reply, and the background work (asyncio).
+
+``exchange`` is the hot path: validate, keep the model as the sender's latest, answer with the
+cached serialised global model — no merging on the caller's time. A background task recomputes the
+global model when something changed, at most once per ``recompute_interval``; another drops entries
+past the TTL; another writes the checkpoint. With a parent (``grpc_client.ParentLink``) the reply
+is the parent's fleet-wide model while it is fresh, else this aggregator's own.
+
+Neighbours: ``grpc_server`` adapts gRPC calls to :meth:`AggregatorService.exchange`; ``store`` and
+``validate`` hold the pure logic; ``checkpoint`` reads and writes the file; ``cli`` wires it up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from aggregator import checkpoint
+from aggregator.metrics import AggregatorMetrics
+from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
+from aggregator.validate import ValidationError, validate_local_model
+from aggregator.wire import global_message
+from protos.carico.v1 import aggregator_pb2
+
+log = logging.getLogger("carico.aggregator")
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True)
+class AggregatorConfig:
+    name: str
+    ttl: float = 30.0
+    feature_names: tuple[str, ...] | None = None
+    recompute_interval: float = 0.05
+    expire_interval: float = 1.0
+    max_senders: int = 100_000
+    checkpoint_path: Path | None = None
+    checkpoint_interval: float = 30.0
+
+
+class ExchangeRefused(Exception):
+    """The model was refused; ``outcome`` is a metrics label, the message says why."""
+
+    def __init__(self, outcome: str, message: str) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class AggregatorService:
+    def __init__(
+        self,
+        config: AggregatorConfig,
+        metrics: AggregatorMetrics | None = None,
+        clock: Clock = time.time,
+    ) -> None:
+        self.config = config
+        self.metrics = metrics if metrics is not None else AggregatorMetrics()
+        self.clock = clock
+        self.store = ModelStore(config.ttl, config.feature_names)
+        self._local: GlobalView | None = None
+        self._parent: aggregator_pb2.GlobalModel | None = None
+        self._parent_at = -math.inf
+        self._version = 0
+        self._served_at: float | None = None
+        self._reply = global_message(None, 0, config.name, clock()).SerializeToString()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.metrics.global_model_age.set_function(self._model_age)
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    def exchange(self, request: aggregator_pb2.LocalModel) -> bytes:
+        """Fold ``request`` in (as its sender's latest model) and return the serialised reply."""
+        outcomes = self.metrics.exchanges
+        now = self.clock()
+        store = self.store
+        try:
+            entry, names = validate_local_model(request, store.feature_names, now, store.known)
+            learning = store.feature_names is None
+            outcome = store.offer(entry, names, self.config.max_senders)
+            if learning:
+                log.info(
+                    "feature set learned", extra={"features": list(names), "from_node": entry.node}
+                )
+        except ValidationError as exc:
+            outcomes["invalid"] += 1
+            message = f"{request.node[:253] or '?'}: {exc}"
+            # Debug only: one broken agent must not flood the logs; the metric counts them.
+            log.debug("model refused", extra={"reason": message})
+            raise ExchangeRefused("invalid", message) from None
+        outcomes[outcome] += 1
+        if outcome == OUTCOME_OVER_CAPACITY:
+            raise ExchangeRefused(
+                outcome, f"aggregator holds its maximum of {self.config.max_senders} senders"
+            )
+        if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
+            self._wake.set()
+        return self._reply
+
+    @property
+    def reply(self) -> bytes:
+        """The serialised ``GlobalModel`` every caller gets right now."""
+        return self._reply
+
+    # -- views --------------------------------------------------------------------------------
+
+    @property
+    def local_view(self) -> GlobalView | None:
+        """This aggregator's own merged model (what it forwards to a parent)."""
+        return self._local
+
+    def served(self) -> aggregator_pb2.GlobalModel:
+        return aggregator_pb2.GlobalModel.FromString(self._reply)
+
+    def _model_age(self) -> float:
+        return math.nan if self._served_at is None else max(0.0, self.clock() - self._served_at)
+
+    def recompute(self) -> None:
+        """Recompute the global model from the store and refresh the cached reply."""
+        now = self.clock()
+        self._local = self.store.compute(now)
+        self.metrics.recomputes.inc()
+        self.metrics.senders.set(len(self.store))
+        self.metrics.nodes_contributing.set(
+            self._local.contributing_nodes if self._local is not None else 0
+        )
+        self._refresh_reply(now)
+
+    def set_parent_view(self, reply: aggregator_pb2.GlobalModel) -> None:
+        """Serve the parent's fleet-wide model (while fresh) instead of this aggregator's own."""
+        if reply.has_model and tuple(reply.model.feature_names) != self.store.feature_names:
+            log.warning(
+                "parent model ignored: its feature set differs",
+                extra={"parent_features": list(reply.model.feature_names)},
+            )
+            return
+        self._parent = reply if reply.has_model else None
+        self._parent_at = self.clock()
+        self._refresh_reply(self._parent_at)
+
+    def _refresh_reply(self, now: float) -> None:
+        self._version += 1
+        if self._parent is not None and now - self._parent_at <= self.config.ttl:
+            reply = aggregator_pb2.GlobalModel()
+            reply.CopyFrom(self._parent)
+            reply.version = self._version
+            self._served_at = self._parent.timestamp
+        else:
+            self._parent = None
+            reply = global_message(self._local, self._version, self.config.name, now)
+            self._served_at = self._local.computed_at if self._local is not None else None
+        self._reply = reply.SerializeToString()
+
+    def expire(self) -> list[str]:
+        now = self.clock()
+        gone = self.store.expire(now)
+        if gone:
+            self.metrics.expired.inc(len(gone))
+            log.info("nodes expired", extra={"nodes": gone[:20], "count": len(gone)})
+        if gone or (self._parent is not None and now - self._parent_at > self.config.ttl):
+            self.recompute()
+        return gone
+
+    # -- checkpoint ---------------------------------------------------------------------------
+
+    def restore(self) -> int:
+        """Load the checkpoint if there is one; a damaged file is logged and ignored."""
+        path = self.config.checkpoint_path
+        if path is None or not path.exists():
+            return 0
+        try:
+            names, entries, skipped = checkpoint.load(path)
+        except checkpoint.CheckpointError as exc:
+            log.warning("checkpoint ignored", extra={"path": str(path), "error": str(exc)})
+            return 0
+        for problem in skipped[:20]:
+            log.warning("checkpoint entry skipped", extra={"path": str(path), "error": problem})
+        if names is None:
+            return 0
+        if self.config.feature_names is not None and names != self.config.feature_names:
+            log.warning(
+                "checkpoint ignored: its feature set differs from --features",
+                extra={"path": str(path), "features": list(names)},
+            )
+            return 0
+        kept = self.store.restore(entries, names, self.clock())
+        self.recompute()
+        log.info("checkpoint restored", extra={"path": str(path), "entries": kept})
+        return kept
+
+    def _checkpoint_bytes(self) -> bytes:
+        return checkpoint.encode(self.store.feature_names, self.store.entries(), self.clock())
+
+    def save_checkpoint(self) -> bool:
+        path = self.config.checkpoint_path
+        if path is None:
+            return False
+        try:
+            checkpoint.write_atomic(path, self._checkpoint_bytes())
+        except OSError as exc:
+            self.metrics.checkpoints.labels("error").inc()
+            log.error("checkpoint write failed", extra={"path": str(path), "error": str(exc)})
+            return False
+        self.metrics.checkpoints.labels("written").inc()
+        return True
+
+    async def _save_checkpoint_async(self) -> None:
+        path = self.config.checkpoint_path
+        assert path is not None
+        data = self._checkpoint_bytes()  # snapshot on the loop, write (fsync) off it
+        try:
+            await asyncio.to_thread(checkpoint.write_atomic, path, data)
+        except OSError as exc:
+            self.metrics.checkpoints.labels("error").inc()
+            log.error("checkpoint write failed", extra={"path": str(path), "error": str(exc)})
+            return
+        self.metrics.checkpoints.labels("written").inc()
+
+    # -- background tasks ---------------------------------------------------------------------
+
+    async def _recompute_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            # Let a burst of exchanges accumulate: one recompute serves them all.
+            await asyncio.sleep(self.config.recompute_interval)
+            self._wake.clear()
+            self.recompute()
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.expire_interval)
+            self.expire()
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.checkpoint_interval)
+            await self._save_checkpoint_async()
+
+    async def start(self) -> None:
+        """Restore the checkpoint and start the background tasks."""
+        self.restore()
+        self.expire()
+        self._tasks = [
+            asyncio.create_task(self._recompute_loop()),
+            asyncio.create_task(self._expire_loop()),
+        ]
+        if self.config.checkpoint_path is not None:
+            self._tasks.append(asyncio.create_task(self._checkpoint_loop()))
+
+    async def stop(self) -> None:
+        """Stop the background tasks and write the final checkpoint."""
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        self.save_checkpoint()

@@ -1,0 +1,273 @@
+"""Validation of the models nodes send to the aggregator (DESIGN §5): pure, no I/O, no clock.
+
+Every ``LocalModel`` is checked here before it may reach the store: node name, weight, fleet-prior
+costs, and the factor itself (dimensions, feature names, NaN/inf, orthonormal U, σ descending and
+within range). A failure raises :class:`ValidationError` whose message names the problem; the gRPC
+layer turns it into ``INVALID_ARGUMENT``. The checkpoint loader reuses the same checks.
+
+The aggregator validates thousands of models a second, so for the usual small factors (d·r ≤ 64)
+the checks run as plain Python loops: for a 2×2 factor that is several times cheaper than the
+fixed overhead of a handful of numpy calls, and the default two-feature full-rank factor has an
+unrolled check of its own. Larger factors take the vectorised path; all paths apply the same
+rules (tests compare them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Container, Sequence
+from math import isfinite
+from operator import mul
+from typing import NamedTuple
+
+import numpy as np
+
+from carico.subspace import MAX_DIMS, ORTHONORMAL_ATOL
+from protos.carico.v1 import aggregator_pb2
+
+# Kubernetes node names are DNS-1123 subdomains: lower-case alphanumerics, '-' and '.', at most
+# 253 characters, each dot-separated label starting and ending with an alphanumeric.
+MAX_NODE_NAME = 253
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+MAX_FEATURE_NAME = 63
+_FEATURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
+# A child aggregator stands for at most this many nodes: far above any real fleet, low enough that
+# one bogus sender cannot drown the rest of the mean.
+MAX_WEIGHT = 1_000_000
+# Per-pod costs are in units of the capacity signal per pod; anything this large is a broken
+# estimator, not a real workload.
+MAX_PER_POD_COST = 1e6
+# σ₁ ≤ √d holds exactly for data in [0,1]^d; allow rounding of the sender's SVD.
+SIGMA_RANGE_RTOL = 1e-9
+_SMALL_FACTOR = 64  # d·r up to which the pure-Python checks are used
+fsum_plain = sum  # plain (not compensated) summation: the checks' tolerances are far above rounding
+
+
+class ValidationError(ValueError):
+    """A model or its envelope is malformed; the message says what is wrong."""
+
+
+class NodeEntry(NamedTuple):
+    """One sender's latest model as the store keeps it (U row-major, d×r).
+
+    A named tuple rather than a frozen dataclass: it is built on every exchange, and a frozen
+    dataclass's ``__init__`` costs several times more.
+    """
+
+    node: str
+    sequence: int
+    sent_at: float  # sender's wall clock
+    received_at: float  # aggregator's clock when it arrived
+    weight: int  # nodes this model stands for
+    d: int
+    r: int
+    u: tuple[float, ...]
+    sigma: tuple[float, ...]
+    per_pod_costs: tuple[float, ...]
+
+
+def check_node_name(node: str, what: str = "node name") -> None:
+    if not node:
+        raise ValidationError(f"{what} is empty")
+    if len(node) > MAX_NODE_NAME:
+        raise ValidationError(f"{what} is {len(node)} characters long (at most {MAX_NODE_NAME})")
+    if _NODE_NAME.fullmatch(node) is None:
+        raise ValidationError(
+            f"{what} {node[:64]!r} is not a DNS-1123 subdomain "
+            "(lower-case letters, digits, '-' and '.', starting and ending alphanumeric)"
+        )
+
+
+def check_feature_names(names: Sequence[str], d: int) -> tuple[str, ...]:
+    """The feature names as a tuple, after checking there are ``d`` distinct well-formed ones."""
+    result = tuple(names)
+    if len(result) != d:
+        raise ValidationError(f"model has d={d} but {len(result)} feature names")
+    for name in result:
+        if len(name) > MAX_FEATURE_NAME or _FEATURE_NAME.fullmatch(name) is None:
+            raise ValidationError(
+                f"feature name {name[:80]!r} is invalid (1-{MAX_FEATURE_NAME} characters: "
+                "letters, digits, '_', '.', ':', '-')"
+            )
+    if len(set(result)) != d:
+        raise ValidationError(f"feature names are not distinct: {list(result)}")
+    return result
+
+
+def check_factor(d: int, r: int, u: Sequence[float], sigma: Sequence[float]) -> None:
+    """Check a row-major d×r factor U and its σ (shape, finiteness, orthonormality, σ range)."""
+    if not 1 <= d <= MAX_DIMS:
+        raise ValidationError(f"model dimension d={d} out of range 1..{MAX_DIMS}")
+    if not 1 <= r <= d:
+        raise ValidationError(f"model rank r={r} out of range 1..d={d}")
+    if len(u) != d * r:
+        raise ValidationError(f"U has {len(u)} values, expected d*r = {d}*{r} = {d * r}")
+    if len(sigma) != r:
+        raise ValidationError(f"sigma has {len(sigma)} values, expected r = {r}")
+    if d == 2 and r == 2:
+        _check_factor_2x2(u, sigma)
+    elif d * r <= _SMALL_FACTOR:
+        _check_factor_small(d, r, u, sigma)
+    else:
+        _check_factor_numpy(d, r, u, sigma)
+
+
+_SQRT2_LIMIT = math.sqrt(2.0) * (1.0 + SIGMA_RANGE_RTOL)
+
+
+def _check_factor_2x2(u: Sequence[float], sigma: Sequence[float]) -> None:
+    """The default two-feature, full-rank case, unrolled: no loops, no temporaries.
+
+    Whatever it does not accept outright goes through the general path, which decides and
+    produces the detailed message.
+    """
+    a, b, c, e = u  # rows (a, b) and (c, e)
+    s0, s1 = sigma
+    if (
+        isfinite(a + b + c + e + s0 + s1)
+        and s0 >= 0.0
+        and 0.0 <= s1 <= s0 + ORTHONORMAL_ATOL * (s0 if s0 > 1.0 else 1.0)
+        and s0 <= _SQRT2_LIMIT
+        and abs(a * a + c * c - 1.0) <= ORTHONORMAL_ATOL
+        and abs(b * b + e * e - 1.0) <= ORTHONORMAL_ATOL
+        and abs(a * b + c * e) <= ORTHONORMAL_ATOL
+    ):
+        return
+    _check_factor_small(2, 2, u, sigma)
+
+
+def _sigma_limit(d: int) -> float:
+    return math.sqrt(d) * (1.0 + SIGMA_RANGE_RTOL)
+
+
+def _check_factor_small(d: int, r: int, u: Sequence[float], sigma: Sequence[float]) -> None:
+    # A sum is finite only if every term is (finite values large enough to overflow are not
+    # orthonormal anyway), so one C-level sum replaces a Python loop over isfinite.
+    if not isfinite(fsum_plain(u)):
+        raise ValidationError("U contains NaN or inf")
+    if not isfinite(fsum_plain(sigma)):
+        raise ValidationError("sigma contains NaN or inf")
+    if min(sigma) < 0.0:
+        raise ValidationError(f"sigma must be non-negative, got {list(sigma)}")
+    s0 = sigma[0]
+    tolerance = ORTHONORMAL_ATOL * (s0 if s0 > 1.0 else 1.0)
+    for k in range(1, r):
+        if sigma[k] > sigma[k - 1] + tolerance:
+            raise ValidationError(f"sigma must be in descending order, got {list(sigma)}")
+    if s0 > _sigma_limit(d):
+        raise ValidationError(
+            f"sigma_1 = {s0:.6g} exceeds sqrt(d) = {math.sqrt(d):.6g}: "
+            "telemetry in [0,1]^d cannot produce it"
+        )
+    columns = [u[i::r] for i in range(r)]
+    for i in range(r):
+        column = columns[i]
+        for j in range(i, r):
+            error = abs(fsum_plain(map(mul, column, columns[j])) - (1.0 if i == j else 0.0))
+            if error > ORTHONORMAL_ATOL:
+                raise ValidationError(
+                    f"U is not orthonormal: |(U^T U)[{i},{j}] - I| = {error:.3g} "
+                    f"(tolerance {ORTHONORMAL_ATOL:g})"
+                )
+
+
+def _check_factor_numpy(d: int, r: int, u: Sequence[float], sigma: Sequence[float]) -> None:
+    u_arr = np.asarray(u, dtype=np.float64).reshape(d, r)
+    s_arr = np.asarray(sigma, dtype=np.float64)
+    if not np.all(np.isfinite(u_arr)):
+        raise ValidationError("U contains NaN or inf")
+    if not np.all(np.isfinite(s_arr)):
+        raise ValidationError("sigma contains NaN or inf")
+    if np.any(s_arr < 0):
+        raise ValidationError(f"sigma must be non-negative, got {s_arr.tolist()}")
+    if np.any(np.diff(s_arr) > ORTHONORMAL_ATOL * max(1.0, float(s_arr[0]))):
+        raise ValidationError(f"sigma must be in descending order, got {s_arr.tolist()}")
+    if s_arr[0] > _sigma_limit(d):
+        raise ValidationError(
+            f"sigma_1 = {s_arr[0]:.6g} exceeds sqrt(d) = {math.sqrt(d):.6g}: "
+            "telemetry in [0,1]^d cannot produce it"
+        )
+    gram = np.abs(u_arr.T @ u_arr - np.eye(r))
+    i, j = np.unravel_index(int(np.argmax(gram)), gram.shape)
+    if gram[i, j] > ORTHONORMAL_ATOL:
+        i, j = min(i, j), max(i, j)
+        raise ValidationError(
+            f"U is not orthonormal: |(U^T U)[{i},{j}] - I| = {gram[i, j]:.3g} "
+            f"(tolerance {ORTHONORMAL_ATOL:g})"
+        )
+
+
+def check_weight(weight: int) -> int:
+    """The number of nodes a model stands for; 0 (proto3's unset) means a single node."""
+    if weight == 0:
+        return 1
+    if weight > MAX_WEIGHT:
+        raise ValidationError(f"weight {weight} out of range 1..{MAX_WEIGHT}")
+    return weight
+
+
+def check_costs(costs: Sequence[float], weight: int) -> tuple[float, ...]:
+    if len(costs) > weight:
+        raise ValidationError(
+            f"{len(costs)} per-pod costs for a model standing for {weight} node(s)"
+        )
+    for c in costs:
+        if not (math.isfinite(c) and 0.0 < c <= MAX_PER_POD_COST):
+            raise ValidationError(f"per-pod cost {c!r} is not in (0, {MAX_PER_POD_COST:g}]")
+    return tuple(costs)
+
+
+def check_timestamp(timestamp: float) -> None:
+    if not (math.isfinite(timestamp) and timestamp >= 0.0):
+        raise ValidationError(f"timestamp {timestamp!r} is not a finite non-negative number")
+
+
+def validate_local_model(
+    message: aggregator_pb2.LocalModel,
+    expected_features: tuple[str, ...] | None,
+    received_at: float,
+    known_nodes: Container[str] = (),
+) -> tuple[NodeEntry, tuple[str, ...]]:
+    """Check ``message``; return the entry to store and its feature names.
+
+    With ``expected_features`` set, a model over any other feature set is refused (naming both),
+    so that two parties never mix dimensions. Names in ``known_nodes`` passed this check before
+    and are not matched again. Every protobuf field is read once: each access crosses into the
+    protobuf runtime.
+    """
+    node = message.node
+    if node not in known_nodes and (
+        len(node) > MAX_NODE_NAME or _NODE_NAME.fullmatch(node) is None
+    ):
+        check_node_name(node)
+    timestamp = message.timestamp
+    if not 0.0 <= timestamp < math.inf:
+        check_timestamp(timestamp)
+    if not message.HasField("model"):
+        raise ValidationError("message carries no model")
+    model = message.model
+    d = model.d
+    r = model.r
+    raw_names = model.feature_names
+    if expected_features is None:
+        names = check_feature_names(raw_names, d)
+    else:
+        if raw_names != list(expected_features):
+            raise ValidationError(
+                f"feature set {list(raw_names)} differs from this aggregator's "
+                f"{list(expected_features)}"
+            )
+        if len(expected_features) != d:
+            raise ValidationError(f"model has d={d} but {len(expected_features)} feature names")
+        names = expected_features
+    u = tuple(model.u)
+    sigma = tuple(model.sigma)
+    check_factor(d, r, u, sigma)
+    weight = message.weight
+    if weight != 1:
+        weight = check_weight(weight)
+    raw_costs = message.per_pod_costs
+    costs = check_costs(raw_costs, weight) if raw_costs else ()
+    entry = NodeEntry(node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs)
+    return entry, names

@@ -1,0 +1,388 @@
+"""An upper bound on the pods a tier can place: the pattern (configuration) LP.
+
+Computed by column generation.
+
+Nodes with the same free capacity and the same eligible classes form a group. A *pattern* is a
+set of pod counts that fits one node of a group. The LP chooses how many nodes of each group use
+each pattern (fractionally) to maximise placed pods at priority >= p, subject to the placed counts
+settled for the higher tiers; disruption limits are dropped, which only loosens the bound. Columns
+are priced by a small bounded knapsack per group (exact branch and bound, or CP-SAT with objective
+coefficients rounded up so that its bound over-estimates), and the Lagrangian bound
+sum_c max(0, [c counts] - pi_c) * pods_c + sum over groups of nodes x best pattern value under pi
+is valid for any pi >= 0, so it holds even when time runs out before the column generation
+converges. This LP is far stronger than the per-node capacity rows for
+bin-packing-like problems, which is what lets the place phases be proven optimal quickly.
+Pure: the clock is a parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+from ortools.linear_solver import pywraplp
+from ortools.sat.python import cp_model
+
+from scheduler_ext.repack.classes import Assignment, Problem
+
+PRICE_SCALE = 10_000
+EXACT_EVERY = 6
+
+
+GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
+
+
+def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
+    groups: dict[GroupKey, list[int]] = {}
+    for n in range(len(problem.node_names)):
+        if problem.overloaded[n]:
+            return None
+        elig = tuple(n in problem.classes[c].eligible for c in active)
+        for c in active:  # pods that may only stay where they are: not handled by patterns
+            if problem.classes[c].current[n] and n not in problem.classes[c].eligible:
+                return None
+        groups.setdefault((problem.capacity[n], elig), []).append(n)
+    return groups
+
+
+def _knapsack(
+    values: Sequence[float],
+    weights: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    cap: Sequence[int],
+    node_limit: int = 50_000,
+) -> tuple[float, list[int], float] | None:
+    """Bounded multi-dimensional knapsack by depth-first branch and bound. Returns (best value,
+    counts, upper bound) or None when the node limit was hit (the caller then falls back).
+    Hand-written because the pricing problems are tiny and called many times; a CP-SAT model per
+    call costs more than the search itself."""
+    k = len(values)
+    dims = range(len(cap))
+    size = [max(w[r] / max(1, cap[r]) for r in dims) for w in weights]
+    order = sorted(range(k), key=lambda i: -values[i] / max(1e-12, size[i]))
+    v = [values[i] for i in order]
+    w = [weights[i] for i in order]
+    u = [limits[i] for i in order]
+    # per resource and suffix: the items in order of value per unit of that resource, for the
+    # fractional (Dantzig) bound of each single-resource relaxation
+    total = [0.0] * (k + 1)
+    for i in range(k - 1, -1, -1):
+        total[i] = total[i + 1] + v[i] * u[i]
+    by_ratio: list[list[list[int]]] = []
+    for r in dims:
+        per_unit = [v[j] / w[j][r] if w[j][r] > 0 else math.inf for j in range(k)]
+        ranked = sorted(range(k), key=lambda j: -per_unit[j])
+        by_ratio.append([[j for j in ranked if j >= i] for i in range(k + 1)])
+
+    def bound(i: int, rem: Sequence[int]) -> float:
+        b = total[i]
+        for r in dims:
+            room, got = rem[r], 0.0
+            for j in by_ratio[r][i]:
+                need = w[j][r] * u[j]
+                if need <= room:
+                    room -= need
+                    got += v[j] * u[j]
+                else:
+                    got += v[j] * room / w[j][r]
+                    break
+            b = min(b, got)
+        return b
+
+    best_value = 0.0
+    best: list[int] = [0] * k
+    counts = [0] * k
+    nodes = 0
+
+    def dfs(i: int, rem: list[int], acc: float) -> bool:
+        nonlocal best_value, best, nodes
+        nodes += 1
+        if nodes > node_limit:
+            return False
+        if acc > best_value:
+            best_value, best = acc, list(counts)
+        if i == k or acc + bound(i, rem) <= best_value + 1e-12:
+            return True
+        most = u[i]
+        for r in dims:
+            if w[i][r] > 0:
+                most = min(most, rem[r] // w[i][r])
+        for n in range(most, -1, -1):
+            counts[i] = n
+            if not dfs(i + 1, [rem[r] - n * w[i][r] for r in dims], acc + n * v[i]):
+                return False
+        counts[i] = 0
+        return True
+
+    if not dfs(0, [max(0, c) for c in cap], 0.0):
+        return None
+    out = [0] * k
+    for pos, i in enumerate(order):
+        out[i] = best[pos]
+    return best_value, out, best_value
+
+
+def _price(
+    problem: Problem,
+    members: Sequence[int],
+    cap: Sequence[int],
+    duals: dict[int, float],
+    seconds: float,
+) -> tuple[dict[int, int] | None, float]:
+    """Best pattern for the duals (or None) and an upper bound on its dual value."""
+    m = cp_model.CpModel()
+    a = {}
+    most: dict[int, int] = {}
+    for c in members:
+        req = problem.classes[c].requests
+        ub = min(
+            [problem.classes[c].total] + [max(0, cap[r]) // q for r, q in enumerate(req) if q > 0]
+        )
+        if ub > 0 and duals.get(c, 0.0) > 1e-12:
+            a[c] = m.new_int_var(0, ub, f"a{c}")
+            most[c] = ub
+    if not a:
+        return None, 0.0
+    members_a = list(a)
+    quick = _knapsack(
+        [duals[c] for c in members_a],
+        [problem.classes[c].requests for c in members_a],
+        [most[c] for c in members_a],
+        cap,
+    )
+    if quick is not None:
+        value, counts, upper = quick
+        return {c: n for c, n in zip(members_a, counts, strict=True) if n}, upper
+    for r in range(len(problem.resources)):
+        terms = [
+            problem.classes[c].requests[r] * v
+            for c, v in a.items()
+            if problem.classes[c].requests[r]
+        ]
+        if terms:
+            m.add(sum(terms) <= max(0, cap[r]))
+    m.maximize(sum(math.ceil(duals[c] * PRICE_SCALE) * v for c, v in a.items()))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = 1
+    status = solver.solve(m)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        # no answer in time: every count at its maximum over-estimates the pattern's value
+        return None, sum(duals[c] * most[c] for c in a)
+    pattern = {c: int(solver.value(v)) for c, v in a.items() if solver.value(v)}
+    return pattern, solver.best_objective_bound / PRICE_SCALE
+
+
+def _greedy_patterns(
+    problem: Problem, members: Sequence[int], cap: Sequence[int], duals: dict[int, float]
+) -> list[dict[int, int]]:
+    """Cheap knapsack solutions for the duals: fill by dual value per unit of each resource
+    share, and of the largest share."""
+    out = []
+    useful = [c for c in members if duals.get(c, 0.0) > 1e-12]
+    shares = {
+        c: [q / max(1, cap[r]) for r, q in enumerate(problem.classes[c].requests)] for c in useful
+    }
+    dims = [r for r in range(len(problem.resources)) if problem.resources[r] != "pods"]
+    orders: list[list[int]] = [sorted(useful, key=lambda c: -duals[c] / max(1e-9, max(shares[c])))]
+    for r in dims:
+        ratio = {c: duals[c] / max(1e-9, shares[c][r]) for c in useful}
+        orders.append(sorted(useful, key=lambda c: -ratio[c]))
+    for order in orders:
+        room = [max(0, v) for v in cap]
+        pattern: dict[int, int] = {}
+        for c in order:
+            req = problem.classes[c].requests
+            while pattern.get(c, 0) < problem.classes[c].total and all(
+                q <= room[r] for r, q in enumerate(req)
+            ):
+                pattern[c] = pattern.get(c, 0) + 1
+                room = [v - q for v, q in zip(room, req, strict=True)]
+        out.append(pattern)
+    return out
+
+
+def placement_bound(
+    problem: Problem,
+    tier: int,
+    placed_floors: Sequence[tuple[int, int]],
+    starts: Sequence[Assignment],
+    seconds: float,
+    clock: Callable[[], float],
+    target: int | None = None,
+    columns: dict[GroupKey, list[dict[int, int]]] | None = None,
+) -> int | None:
+    """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
+
+    ``placed_floors``: (priority q, value) meaning placed(priority >= q) >= value, from the
+    higher tiers. ``starts``: feasible assignments whose nodes seed the patterns. ``target``: the
+    value to prove (the incumbent's); the search stops as soon as the bound reaches it.
+    ``columns`` collects the generated patterns per node group (for ``pattern_solution``).
+    """
+    deadline = clock() + seconds
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    groups = _groups(problem, active)
+    if groups is None or not active:
+        return None
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    if lp is None:
+        return None
+    placed = {c: lp.NumVar(0, problem.classes[c].total, f"P{c}") for c in active}
+    group_rows = {}
+    class_rows = {}
+    for key, members in groups.items():
+        group_rows[key] = lp.Constraint(-lp.infinity(), len(members))
+    for c in active:
+        class_rows[c] = lp.Constraint(-lp.infinity(), 0)
+        class_rows[c].SetCoefficient(placed[c], 1)
+    for q, value in placed_floors:
+        row = lp.Constraint(value, lp.infinity())
+        for c in active:
+            if problem.classes[c].priority >= q:
+                row.SetCoefficient(placed[c], 1)
+    objective = lp.Objective()
+    for c in active:
+        if problem.classes[c].priority >= tier:
+            objective.SetCoefficient(placed[c], 1)
+    objective.SetMaximization()
+    seen: set[tuple[GroupKey, tuple[tuple[int, int], ...]]] = set()
+
+    def add_column(key: GroupKey, pattern: dict[int, int]) -> bool:
+        sig = (key, tuple(sorted(pattern.items())))
+        if sig in seen or not pattern:
+            return False
+        seen.add(sig)
+        if columns is not None:
+            columns.setdefault(key, []).append(dict(pattern))
+        var = lp.NumVar(0, lp.infinity(), f"L{len(seen)}")
+        group_rows[key].SetCoefficient(var, 1)
+        for c, count in pattern.items():
+            class_rows[c].SetCoefficient(var, -count)
+        return True
+
+    node_key = {n: key for key, members in groups.items() for n in members}
+    for x in starts:
+        for n in range(len(problem.node_names)):
+            add_column(node_key[n], {c: x[c][n] for c in active if x[c][n]})
+    best_bound = math.inf
+    total = sum(problem.classes[c].total for c in active if problem.classes[c].priority >= tier)
+    rounds = 0
+    while True:
+        if lp.Solve() != pywraplp.Solver.OPTIMAL:
+            return None
+        rounds += 1
+        value = objective.Value()
+        duals = {c: max(0.0, class_rows[c].dual_value()) for c in active}
+        mus = {key: max(0.0, group_rows[key].dual_value()) for key in groups}
+        elig = {key: [c for c, ok in zip(active, key[1], strict=True) if ok] for key in groups}
+        if clock() >= deadline:
+            return _floor(best_bound)
+        # cheap columns first; the exact (slow) pricing, which also yields the Farley bound,
+        # only when they run dry or every EXACT_EVERY rounds
+        added = False
+        for key in groups:
+            for pat in _greedy_patterns(problem, elig[key], key[0], duals):
+                if sum(duals[c] * k for c, k in pat.items()) > mus[key] + 1e-7:
+                    added |= add_column(key, pat)
+        if added and rounds % EXACT_EVERY:
+            continue
+        # Lagrangian bound for these (clamped, so possibly not exactly optimal) multipliers:
+        # valid for any pi >= 0, with the settled-tier floors dropped (a relaxation)
+        farley = sum(
+            max(0.0, (1.0 if problem.classes[c].priority >= tier else 0.0) - duals[c])
+            * problem.classes[c].total
+            for c in active
+        )
+        for key, members in groups.items():
+            left = deadline - clock()
+            if left <= 0:
+                return _floor(best_bound)
+            pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5))
+            farley += len(members) * max(0.0, upper)
+            if (
+                pattern is not None
+                and sum(duals[c] * k for c, k in pattern.items()) > mus[key] + 1e-7
+            ):
+                added |= add_column(key, pattern)
+        best_bound = min(best_bound, farley, total)
+        proven = target is not None and _floor(best_bound) == target
+        if proven or not added or best_bound - value < 1e-6:
+            return _floor(best_bound)
+
+
+def _floor(value: float) -> int | None:
+    if math.isinf(value):
+        return None
+    return math.floor(value + 1e-6)
+
+
+def pattern_solution(
+    problem: Problem,
+    tier: int,
+    placed_floors: Sequence[tuple[int, int]],
+    columns: dict[GroupKey, list[dict[int, int]]],
+    seconds: float,
+    workers: int = 0,
+) -> Assignment | None:
+    """Price-and-branch: the best integer choice of generated patterns (one per node), each
+    pattern then given to the node of its group where the most pods already run."""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    groups = _groups(problem, active)
+    if groups is None or not columns:
+        return None
+    m = cp_model.CpModel()
+    use: dict[tuple[GroupKey, int], cp_model.IntVar] = {}
+    for key, members in groups.items():
+        pats = columns.get(key, [])
+        for i in range(len(pats)):
+            use[key, i] = m.new_int_var(0, len(members), f"u{len(use)}")
+        if pats:
+            m.add(sum(use[key, i] for i in range(len(pats))) <= len(members))
+    placed = {}
+    for c in active:
+        supply = [
+            count * use[key, i]
+            for key, pats in columns.items()
+            for i, pat in enumerate(pats)
+            if (count := pat.get(c, 0)) and (key, i) in use
+        ]
+        placed[c] = m.new_int_var(0, problem.classes[c].total, f"P{c}")
+        m.add(placed[c] <= sum(supply))
+    for q, value in placed_floors:
+        m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
+    m.maximize(sum(placed[c] for c in active if problem.classes[c].priority >= tier))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.num_workers = workers
+    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    x = [[0] * len(problem.node_names) for _ in problem.classes]
+    left = {c: int(solver.value(placed[c])) for c in active}
+    for key, members in groups.items():
+        chosen = [
+            dict(pat)
+            for i, pat in enumerate(columns.get(key, []))
+            for _ in range(int(solver.value(use[key, i])))
+        ]
+        free = list(members)
+        # greedy matching: the pattern/node pair keeping the most running pods first
+        pairs = sorted(
+            (
+                -sum(min(k, problem.classes[c].current[n]) for c, k in pat.items()),
+                j,
+                n,
+            )
+            for j, pat in enumerate(chosen)
+            for n in members
+        )
+        done: set[int] = set()
+        for _, j, n in pairs:
+            if j in done or n not in free:
+                continue
+            done.add(j)
+            free.remove(n)
+            for c, k in chosen[j].items():
+                take = min(k, left[c])  # patterns may over-supply a class
+                x[c][n] += take
+                left[c] -= take
+    return x

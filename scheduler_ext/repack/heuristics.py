@@ -1,0 +1,256 @@
+"""Fast starting solutions for a tier's phases: the hints and incumbents the solver improves on.
+
+* ``keep_and_fill``: running pods where they are (while they fit), the rest first-fit-decreasing
+  (``classes.greedy_complete``);
+* ``make_room``: for each pod still unplaced, the fewest moves (one, then two) of same-tier pods off
+  one node that make it fit — the fragmentation article's "placement engine";
+* ``pack_from_scratch``: first-fit- and best-fit-decreasing of every pod of the tier and above,
+  ignoring where pods run now (many moves, but often more pods placed).
+
+``best_start`` returns the best of them for the tier's objective (placed, then disruption).
+All of them only ever return assignments that ``classes.feasible`` accepts. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from itertools import combinations
+
+from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
+    disruption,
+    feasible,
+    greedy_complete,
+    loads,
+)
+
+
+def _sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
+    caps = problem.capacity
+    totals = [max(1, sum(max(0, cap[r]) for cap in caps)) for r in range(len(problem.resources))]
+    return {
+        c: sum(q / t for q, t in zip(problem.classes[c].requests, totals, strict=True))
+        for c in active
+    }
+
+
+class _State:
+    def __init__(self, problem: Problem, x: Assignment) -> None:
+        self.problem = problem
+        self.x = [list(row) for row in x]
+        self.load = loads(problem, self.x)
+
+    def fits(self, c: int, n: int, minus: Sequence[int] = ()) -> bool:
+        if self.problem.overloaded[n] or n not in self.problem.classes[c].eligible:
+            return False
+        req = self.problem.classes[c].requests
+        cap = self.problem.capacity[n]
+        for r, need in enumerate(req):
+            freed = sum(self.problem.classes[d].requests[r] for d in minus)
+            if self.load[n][r] - freed + need > cap[r]:
+                return False
+        return True
+
+    def shift(self, c: int, n: int, sign: int) -> None:
+        self.x[c][n] += sign
+        for r, need in enumerate(self.problem.classes[c].requests):
+            self.load[n][r] += sign * need
+
+
+def make_room(
+    problem: Problem,
+    x: Assignment,
+    active: Sequence[int],
+    tier: int,
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> Assignment:
+    """Place unplaced pods of ``tier`` by moving at most two pods of the same tier each;
+    stops trying new pods once ``clock()`` passes ``until``."""
+    st = _State(problem, x)
+    size = _sizes(problem, active)
+    nodes = range(len(problem.node_names))
+    order = sorted(
+        (c for c in active if problem.classes[c].priority == tier), key=lambda c: -size[c]
+    )
+    movable = [c for c in active if problem.classes[c].priority == tier]
+    for c in order:
+        while sum(st.x[c]) < problem.classes[c].total and clock() < until:
+            if not _place_one(st, c, nodes, movable):
+                break
+    return st.x if feasible(problem, st.x, active) else x
+
+
+def _place_one(st: _State, c: int, nodes: range, movable: Sequence[int]) -> bool:
+    cls = st.problem.classes[c]
+    for n in sorted(cls.eligible):
+        if st.fits(c, n):
+            st.shift(c, n, +1)
+            return True
+    for k in (1, 2):
+        for n in sorted(cls.eligible):
+            if st.problem.overloaded[n]:
+                continue
+            here = [d for d in movable if d != c and st.x[d][n] > 0]
+            pool = [d for d in here for _ in range(min(st.x[d][n], k))]
+            for out in sorted(set(combinations(pool, k))):
+                if not st.fits(c, n, minus=out):
+                    continue
+                for d in out:
+                    st.shift(d, n, -1)
+                targets = []
+                for d in out:
+                    m = next((m for m in nodes if m != n and st.fits(d, m)), None)
+                    if m is None:
+                        break
+                    st.shift(d, m, +1)
+                    targets.append((d, m))
+                if len(targets) == len(out) and st.fits(c, n):
+                    st.shift(c, n, +1)
+                    return True
+                for d, m in targets:  # undo
+                    st.shift(d, m, -1)
+                for d in out:
+                    st.shift(d, n, +1)
+    return False
+
+
+def pack_from_scratch(
+    problem: Problem, base: Assignment, active: Sequence[int], tier: int, best_fit: bool
+) -> Assignment:
+    """Every pod of classes at ``tier`` re-packed decreasing by size (higher tiers kept)."""
+    st = _State(problem, base)
+    size = _sizes(problem, active)
+    fill = [c for c in active if problem.classes[c].priority == tier]
+    for c in fill:
+        for n in range(len(problem.node_names)):
+            if st.x[c][n]:
+                st.shift(c, n, -st.x[c][n])
+    items = sorted(
+        (c for c in fill for _ in range(problem.classes[c].total)), key=lambda c: -size[c]
+    )
+    for c in items:
+        candidates = [n for n in sorted(problem.classes[c].eligible) if st.fits(c, n)]
+        if not candidates:
+            continue
+        if best_fit:
+            req = problem.classes[c].requests
+            n = min(
+                candidates,
+                key=lambda n: sum(
+                    (problem.capacity[n][r] - st.load[n][r] - req[r])
+                    / max(1, problem.capacity[n][r])
+                    for r in range(len(req))
+                ),
+            )
+        else:
+            n = candidates[0]
+        st.shift(c, n, +1)
+    return st.x
+
+
+def tier_value(problem: Problem, x: Assignment, tier: int) -> tuple[int, int]:
+    placed = sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier)
+    dis = sum(
+        disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier
+    )
+    return placed, -dis
+
+
+def best_start(
+    problem: Problem,
+    higher: Assignment,
+    tier: int,
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> tuple[Assignment, bool]:
+    """The best starting assignment for ``tier`` given the settled higher tiers ``higher``;
+    the flag says whether it is feasible (it always is unless PDB budgets get in the way)."""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
+    kept = greedy_complete(problem, higher, new)
+    candidates = [kept]
+    if feasible(problem, kept, active):
+        candidates.append(make_room(problem, kept, active, tier, until, clock))
+    for best_fit in (False, True):
+        candidates.append(pack_from_scratch(problem, higher, active, tier, best_fit))
+    ok = [x for x in candidates if feasible(problem, x, active)]
+    if not ok:
+        return kept, False
+    return max(ok, key=lambda x: tier_value(problem, x, tier)), True
+
+
+def repair(problem: Problem, x: Assignment, active: Sequence[int]) -> Assignment | None:
+    """The same number of pods per class as ``x``, but with running pods kept where they run
+    whenever possible: keep, then place the rest first-fit-decreasing. None if that fails."""
+    st = _State(problem, [[0] * len(problem.node_names) for _ in problem.classes])
+    size = _sizes(problem, active)
+    want = {c: sum(x[c]) for c in active}
+    # keep running pods, highest priority first, while they fit and the class needs them
+    for c in sorted(active, key=lambda c: (-problem.classes[c].priority, -size[c])):
+        cls = problem.classes[c]
+        for n, count in enumerate(cls.current):
+            for _ in range(count):
+                if sum(st.x[c]) >= want[c]:
+                    break
+                if st.fits(c, n) or (problem.overloaded[n] and st.x[c][n] < count):
+                    st.shift(c, n, +1)
+    rest = sorted(
+        (c for c in active for _ in range(want[c] - sum(st.x[c]))),
+        key=lambda c: (-size[c], c),
+    )
+    for c in rest:
+        target = next((n for n in sorted(problem.classes[c].eligible) if st.fits(c, n)), None)
+        if target is None:
+            return None
+        st.shift(c, target, +1)
+    return st.x if feasible(problem, st.x, active) else None
+
+
+def reduce_moves(
+    problem: Problem,
+    x: Assignment,
+    active: Sequence[int],
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
+) -> Assignment:
+    """Local search on disruption with the placed counts per class unchanged: send a moved pod
+    back where it ran, or swap it with a pod that took its place, while that fits."""
+    st = _State(problem, x)
+    cur = {c: problem.classes[c].current for c in active}
+    improved = True
+    while improved and clock() < until:
+        improved = False
+        for c in active:
+            for n in range(len(problem.node_names)):
+                if st.x[c][n] >= cur[c][n]:
+                    continue  # no pod of c left n
+                for m in range(len(problem.node_names)):
+                    if m == n or st.x[c][m] <= cur[c][m]:
+                        continue  # no pod of c arrived at m
+                    st.shift(c, m, -1)
+                    if st.fits(c, n):
+                        st.shift(c, n, +1)
+                        improved = True
+                        break
+                    # swap with a pod d that arrived at n and would not be worse off at m
+                    for d in active:
+                        if d == c or st.x[d][n] <= cur[d][n]:
+                            continue
+                        st.shift(d, n, -1)
+                        if st.fits(c, n) and st.fits(d, m):
+                            st.shift(c, n, +1)
+                            st.shift(d, m, +1)
+                            improved = True
+                            break
+                        st.shift(d, n, +1)
+                    if improved:
+                        break
+                    st.shift(c, m, +1)
+                if improved:
+                    break
+            if improved:
+                break
+    return st.x if feasible(problem, st.x, active) else x

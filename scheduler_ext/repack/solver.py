@@ -1,0 +1,447 @@
+"""The lexicographic tier loop: from a snapshot to a checked Plan (DESIGN §4.3).
+
+For each priority tier p, highest first, two phases run on a model of the classes with priority
+>= p: *place* maximises the pods placed at priority >= p, then *disrupt* minimises the disruption
+of running pods at priority >= p (move 1, eviction 2). Each result is fixed for the later phases
+(== when proven optimal, >= or <= when only feasible). Lower tiers are left out of a tier's model
+because they cannot change its objectives, which keeps the early phases small.
+
+Every phase starts from an incumbent: the previous phase's solution completed for the new tier by
+the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
+it already meets a simple bound (every pod placed; no more disruption than already fixed) the
+phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
+not prove quickly gets the pattern-LP bound of ``bounds`` (used as a cut, and as a proof when the
+incumbent meets it) and a price-and-branch packing from the generated patterns.
+
+One global time budget is shared out across the remaining phases in proportion to their size;
+whatever a phase leaves unused flows on. A phase that runs out of time keeps the best of incumbent
+and solver solution, so a plan is never worse than the greedy one. The plan is then mapped to
+pods, sequenced and checked by ``checker``; a plan that fails the check is replaced by an ERROR
+result and never returned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ortools.sat.python import cp_model
+
+from scheduler_ext.repack import checker
+from scheduler_ext.repack.bounds import GroupKey, pattern_solution, placement_bound
+from scheduler_ext.repack.classes import (
+    EVICT_COST,
+    Assignment,
+    Problem,
+    build_problem,
+    current_assignment,
+    disruption,
+    feasible,
+    pods_for,
+)
+from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
+from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
+from scheduler_ext.repack.plan import (
+    Eviction,
+    Move,
+    PhaseReport,
+    Placement,
+    Plan,
+    empty_plan,
+    outcome,
+)
+from scheduler_ext.repack.sequencing import SequencingError, sequence
+from scheduler_ext.repack.snapshot import Snapshot
+
+Clock = Callable[[], float]
+# at most this share of a place phase's time goes to the pattern-LP bound
+BOUND_SHARE = 0.3
+# with pattern bounds, a place phase first tries this share of its time without them
+QUICK_SHARE = 0.15
+PACK_SHARE = 0.2
+HEURISTIC_SHARE = 0.25
+
+
+@dataclass(frozen=True)
+class SolveOptions:
+    time_limit: float = 10.0  # seconds for the whole solve, all tiers and phases
+    formulation: str = "classes"
+    workers: int = 0  # CP-SAT search workers; 0 = every core
+    seed: int = 0
+    symmetry: bool = True  # order identical nodes where that is valid (classes only)
+    # place phases also minimise disruption as a tie-break (proves both at once, but the proof of
+    # the placed count alone is often much faster without it)
+    tie_break: bool = False
+    bounds: bool = True  # pattern-LP upper bounds for the place phases (classes only)
+
+    def __post_init__(self) -> None:
+        if self.formulation not in FORMULATIONS:
+            raise ValueError(f"unknown formulation {self.formulation!r}; choose {FORMULATIONS}")
+        if not self.time_limit > 0:
+            raise ValueError("time_limit must be positive")
+
+
+def _placed(problem: Problem, x: Assignment, p: int) -> int:
+    return sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
+
+
+def _disruption(problem: Problem, x: Assignment, p: int) -> int:
+    return sum(disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
+
+
+def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
+    return [
+        list(row) if cls.priority >= p else [0] * len(row)
+        for row, cls in zip(x, problem.classes, strict=True)
+    ]
+
+
+def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int) -> bool:
+    """Is x a solution of the phase model at ``tier`` with these fixes?"""
+    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    if not feasible(problem, x, active):
+        return False
+    for f in fixes:
+        have = (
+            _placed(problem, x, f.tier) if f.kind == "placed" else _disruption(problem, x, f.tier)
+        )
+        if (f.op == "==" and have != f.value) or (f.op == ">=" and have < f.value):
+            return False
+        if f.op == "<=" and have > f.value:
+            return False
+    return True
+
+
+def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
+    """Lexicographic value of x at tier p: placed, then less disruption."""
+    return _placed(problem, x, p), -_disruption(problem, x, p)
+
+
+class _Phases:
+    """Runs phases against one deadline and records their reports."""
+
+    def __init__(self, problem: Problem, options: SolveOptions, clock: Clock) -> None:
+        self.problem = problem
+        self.options = options
+        self.clock = clock
+        self.deadline = clock() + options.time_limit
+        tiers = problem.tiers
+        sizes = [sum(c.total for c in problem.classes if c.priority >= p) for p in tiers]
+        # place phases get twice the weight of disrupt phases; bigger tiers get more
+        self.weights = [w for s in sizes for w in (2 * s, s)]
+        self.index = 0
+        self.reports: list[PhaseReport] = []
+
+    def allot(self) -> float:
+        remaining = self.deadline - self.clock()
+        total = sum(self.weights[self.index :]) or 1
+        share = remaining * self.weights[self.index] / total
+        self.index += 1
+        return max(0.0, share)
+
+    def _cp(
+        self,
+        tier: int,
+        maximise: bool,
+        fixes: Sequence[Fix],
+        hint: Assignment,
+        seconds: float,
+        cut: int | None,
+    ) -> tuple[Any, Assignment | None, int | None, int]:
+        """One CP-SAT solve: (status, solution, objective bound, placed weight)."""
+        problem, started = self.problem, self.clock()
+        symmetry = (
+            self.options.symmetry
+            and self.options.formulation == "classes"
+            and maximise
+            and not fixes
+        )
+        pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+        if cut is not None:
+            pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
+        # placed first, disruption as tie-break: placed weighs more than the largest disruption
+        weight = 1
+        if maximise and self.options.tie_break:
+            weight += EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
+            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
+        elif maximise:
+            pm.model.maximize(pm.placed_ge(tier))
+        else:
+            pm.model.minimize(pm.disruption_ge(tier))
+        pm.hint(hint)
+        solver = cp_model.CpSolver()
+        # the model build counts against the time
+        solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
+        solver.parameters.num_workers = self.options.workers
+        solver.parameters.random_seed = self.options.seed
+        status = solver.solve(pm.model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return status, None, None, weight
+        return status, pm.read(solver), int(round(solver.best_objective_bound)), weight
+
+    def run(
+        self,
+        tier: int,
+        phase: str,
+        fixes: Sequence[Fix],
+        incumbent: Assignment | None,
+        hint: Assignment,
+        bound: int,
+    ) -> tuple[Assignment | None, int, bool]:
+        """Solve one phase; returns (solution, value, proven optimal)."""
+        problem, maximise = self.problem, phase == "place"
+
+        def value(x: Assignment) -> int:
+            return _placed(problem, x, tier) if maximise else _disruption(problem, x, tier)
+
+        def better(found: Assignment | None, best: Assignment | None) -> Assignment | None:
+            if found is not None and (
+                best is None or _key(problem, found, tier) > _key(problem, best, tier)
+            ):
+                return found
+            return best
+
+        started = self.clock()
+        seconds = self.allot()
+        deadline = started + seconds
+        if incumbent is not None and value(incumbent) == bound:
+            self._report(tier, phase, "OPTIMAL", started, value(incumbent), bound, True)
+            return incumbent, value(incumbent), True
+        if seconds < 0.005:  # the budget is spent: keep what we have
+            if incumbent is None:
+                self._report(tier, phase, "UNKNOWN", started, 0, bound, True)
+                return None, 0, False
+            self._report(tier, phase, "FEASIBLE", started, value(incumbent), bound, True)
+            return incumbent, value(incumbent), False
+        use_patterns = maximise and self.options.bounds and self.options.formulation == "classes"
+        best = incumbent
+        first = seconds * (QUICK_SHARE if use_patterns else 1.0)
+        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, None)
+        if status == cp_model.INFEASIBLE:
+            self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
+            return None, 0, False
+        best = better(found, best)
+        if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
+            bound = min(bound, (raw + weight - 1) // weight) if maximise else max(bound, raw)
+        if use_patterns and status != cp_model.OPTIMAL and (best is None or value(best) < bound):
+            # not proven quickly: bound it with the pattern LP, then search on with that cut
+            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            starts = [x for x in (best, hint) if x is not None]
+            starts.append(_restrict(problem, current_assignment(problem), tier))
+            left = deadline - self.clock()
+            columns: dict[GroupKey, list[dict[int, int]]] = {}
+            pattern_bound = placement_bound(
+                problem,
+                tier,
+                floors,
+                starts,
+                BOUND_SHARE * left,
+                self.clock,
+                target=None if best is None else value(best),
+                columns=columns,
+            )
+            if pattern_bound is not None:
+                bound = min(bound, pattern_bound)
+            if best is None or value(best) < bound:
+                # price-and-branch: the generated patterns often pack better than the search
+                packed = pattern_solution(
+                    problem,
+                    tier,
+                    floors,
+                    columns,
+                    PACK_SHARE * (deadline - self.clock()),
+                    self.options.workers,
+                )
+                if packed is not None and _satisfies(problem, packed, fixes, tier):
+                    best = better(packed, best)
+            left = deadline - self.clock()
+            if (best is None or value(best) < bound) and left > 0.005:
+                status, found, raw, weight = self._cp(
+                    tier, maximise, fixes, best or hint, left, bound
+                )
+                best = better(found, best)
+                if raw is not None:
+                    bound = min(bound, (raw + weight - 1) // weight)
+        if best is None:
+            self._report(tier, phase, "UNKNOWN", started, 0, bound, False)
+            return None, 0, False
+        optimal = value(best) == bound or (status == cp_model.OPTIMAL and best is found)
+        self._report(
+            tier,
+            phase,
+            "OPTIMAL" if optimal else "FEASIBLE",
+            started,
+            value(best),
+            bound,
+            False,
+            lexicographic=maximise and weight > 1 and status == cp_model.OPTIMAL and best is found,
+        )
+        return best, value(best), optimal
+
+    def _report(
+        self,
+        tier: int,
+        phase: str,
+        status: str,
+        started: float,
+        value: int,
+        bound: int,
+        skipped: bool,
+        lexicographic: bool = False,
+    ) -> None:
+        self.reports.append(
+            PhaseReport(
+                tier, phase, status, self.clock() - started, value, bound, skipped, lexicographic
+            )
+        )
+
+
+def solve(
+    snapshot: Snapshot, options: SolveOptions | None = None, clock: Clock = time.monotonic
+) -> Plan:
+    """Compute, sequence and check a repacking plan for ``snapshot``."""
+    options = options or SolveOptions()
+    start = clock()
+    problem = build_problem(snapshot)
+    name = options.formulation
+
+    def finish(status: str, optimal: bool, message: str, phases: Sequence[PhaseReport]) -> Plan:
+        return empty_plan(snapshot, status, optimal, clock() - start, name, phases, message)
+
+    if not any(c.pending for c in problem.classes):
+        return finish("NO_IMPROVEMENT", True, "no pending pods", [])
+    phases = _Phases(problem, options, clock)
+    x: Assignment = current_assignment(problem)
+    fixes: list[Fix] = []
+    all_optimal = True
+    for p in problem.tiers:
+        active = [c for c, cls in enumerate(problem.classes) if cls.priority >= p]
+        new = [c for c, cls in enumerate(problem.classes) if cls.priority == p]
+        # the starting heuristics get at most a quarter of what is left
+        until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
+        start_x, ok = best_start(problem, _restrict(problem, x, p + 1), p, until, clock)
+        incumbent = start_x if ok else None
+        # place: at most every pod at priority >= p, or what was fixed above plus this tier
+        bound = sum(problem.classes[c].total for c in active)
+        placed_fixes = [f for f in fixes if f.kind == "placed"]
+        if placed_fixes and placed_fixes[-1].op == "==":
+            bound = placed_fixes[-1].value + sum(problem.classes[c].total for c in new)
+        best, value, optimal = phases.run(p, "place", fixes, incumbent, start_x, bound)
+        if best is None:
+            return finish(_failure(phases), False, "no placement found in time", phases.reports)
+        fixes.append(Fix("placed", p, "==" if optimal else ">=", value))
+        all_optimal &= optimal
+        # disrupt: never less than the disruption already fixed for the tiers above; a proven
+        # place phase also proved the disruption (its objective breaks ties by disruption)
+        dis_fixes = [f for f in fixes if f.kind == "disruption"]
+        floor = dis_fixes[-1].value if dis_fixes and dis_fixes[-1].op == "==" else 0
+        if optimal and phases.reports[-1].lexicographic:
+            floor = _disruption(problem, best, p)
+        repaired = repair(problem, best, active)
+        if repaired is not None and _key(problem, repaired, p) > _key(problem, best, p):
+            best = repaired
+        until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
+        polished = reduce_moves(problem, best, active, until, clock)
+        if _satisfies(problem, polished, fixes, p) and _key(problem, polished, p) > _key(
+            problem, best, p
+        ):
+            best = polished
+        best, value, optimal = phases.run(p, "disrupt", fixes, best, best, floor)
+        if best is None:
+            return finish(_failure(phases), False, "no placement found in time", phases.reports)
+        fixes.append(Fix("disruption", p, "==" if optimal else "<=", value))
+        all_optimal &= optimal
+        x = best
+    return _plan(snapshot, problem, x, all_optimal, phases.reports, clock() - start, name)
+
+
+def _failure(phases: _Phases) -> str:
+    return "INFEASIBLE" if phases.reports and phases.reports[-1].status == "INFEASIBLE" else "ERROR"
+
+
+def _plan(
+    snapshot: Snapshot,
+    problem: Problem,
+    x: Assignment,
+    optimal: bool,
+    phases: Sequence[PhaseReport],
+    seconds: float,
+    formulation: str,
+) -> Plan:
+    pa = pods_for(problem, x)
+    moves = tuple(Move(k, a, b) for k, a, b in pa.moves)
+    evictions = tuple(Eviction(k, a) for k, a in pa.evictions)
+    placements = tuple(Placement(k, b) for k, b in pa.placements)
+    before = outcome(snapshot)
+    after = outcome(snapshot, moves, placements, evictions)
+    if not after.vector > before.vector:
+        return empty_plan(
+            snapshot,
+            "NO_IMPROVEMENT",
+            optimal,
+            seconds,
+            formulation,
+            phases,
+            "the current placement is already optimal" if optimal else "no better placement found",
+        )
+    # the claimed vector must be what the counts say, tier by tier
+    for p in problem.tiers:
+        gained = sum(v for q, v in after.placed_by_priority.items() if q >= p) - sum(
+            v for q, v in before.placed_by_priority.items() if q >= p
+        )
+        model_gain = _placed(problem, x, p) - sum(
+            c.n_running for c in problem.classes if c.priority >= p
+        )
+        cost = sum(v for q, v in after.disruption_by_priority.items() if q >= p)
+        if gained != model_gain or cost != _disruption(problem, x, p):
+            return empty_plan(
+                snapshot,
+                "ERROR",
+                False,
+                seconds,
+                formulation,
+                phases,
+                f"internal: pod-level plan disagrees with the model at priority {p}",
+            )
+    try:
+        steps = sequence(snapshot, moves, placements, evictions)
+    except SequencingError as exc:
+        return empty_plan(
+            snapshot,
+            "NO_IMPROVEMENT",
+            False,
+            seconds,
+            formulation,
+            phases,
+            f"a better placement exists but cannot be reached safely: {exc}",
+        )
+    pods = {p.key: p for p in snapshot.pods}
+    plan = Plan(
+        status="OPTIMAL" if optimal else "FEASIBLE",
+        optimal=optimal,
+        solve_seconds=seconds,
+        formulation=formulation,
+        before=before,
+        after=after,
+        moves=moves,
+        placements=placements,
+        evictions=evictions,
+        steps=steps,
+        phases=tuple(phases),
+        owners={k: pods[k].owner for k in [m.pod for m in moves] + [e.pod for e in evictions]},
+        uids={k: pods[k].uid for k in [m.pod for m in moves] + [e.pod for e in evictions]},
+    )
+    errors = checker.check(snapshot, plan)
+    if errors:
+        return empty_plan(
+            snapshot,
+            "ERROR",
+            False,
+            seconds,
+            formulation,
+            phases,
+            "plan rejected by the checker: " + "; ".join(errors[:5]),
+        )
+    return plan

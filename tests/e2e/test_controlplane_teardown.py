@@ -1,0 +1,68 @@
+"""No control-plane process outlives its owner: not after a failing test, not after a hard kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from e2e_controlplane import ControlPlane, group_members, pid_alive, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+class _InjectedFailure(Exception):
+    pass
+
+
+def test_failing_test_body_still_stops_every_process(tmp_path: Path, e2e_bin: Path) -> None:
+    pids: dict[str, int] = {}
+    with pytest.raises(_InjectedFailure), ControlPlane(tmp_path, e2e_bin) as cp:
+        pids = cp.pids()
+        assert set(pids) == {"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+        assert all(pid_alive(pid) for pid in pids.values())
+        raise _InjectedFailure  # a test failing while the control plane runs
+    # Each component led its own process group; nothing in those groups may remain.
+    for name, pid in pids.items():
+        assert not pid_alive(pid), f"{name} ({pid}) survived teardown"
+        assert group_members(pid) == [], f"{name}'s process group survived teardown"
+
+
+def test_killed_owner_takes_its_processes_along(tmp_path: Path, e2e_bin: Path) -> None:
+    """If the Python process dies without running any cleanup (SIGKILL), the kernel's parent-death
+    signal still ends the components it started."""
+    here = Path(__file__).resolve().parent
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, {str(here)!r})
+        from e2e_controlplane import ControlPlane
+        cp = ControlPlane(Path({str(tmp_path)!r}), Path({str(e2e_bin)!r}))
+        cp._write_files()
+        etcd = cp._start(cp._etcd())
+        cp._wait(etcd, cp._etcd_healthy, "/health", 120)
+        print(etcd.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        assert line.strip().isdigit(), f"owner did not start etcd (exit {owner.poll()})"
+        etcd_pid = int(line)
+        assert pid_alive(etcd_pid)
+        os.kill(owner.pid, signal.SIGKILL)  # no atexit, no finalizer runs
+        owner.wait(timeout=30)
+        wait_for(lambda: not pid_alive(etcd_pid), 30, "etcd to die with its owner")
+    finally:
+        if owner.poll() is None:
+            os.killpg(owner.pid, signal.SIGKILL)
+            owner.wait()

@@ -1,0 +1,111 @@
+"""Builders of small kubectl-style objects and snapshots for the repacker tests (imported by
+the tests of this folder; conftest.py puts the folder on sys.path)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scheduler_ext.repack.snapshot import Node, Pod, Snapshot
+
+MB = 1_000_000
+
+
+def node_obj(
+    name: str,
+    cpu: str = "1000m",
+    memory: str = "2G",
+    pods: str = "110",
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+    unschedulable: bool = False,
+    extra: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or [], "unschedulable": unschedulable},
+        "status": {"allocatable": {"cpu": cpu, "memory": memory, "pods": pods, **(extra or {})}},
+    }
+
+
+def pod_obj(
+    name: str,
+    cpu: str,
+    memory: str,
+    node: str | None = None,
+    namespace: str = "default",
+    owner: tuple[str, str] | None = ("ReplicaSet", "rs"),
+    priority: int = 0,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "labels": labels or {},
+        "annotations": annotations or {},
+    }
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    body: dict[str, Any] = {
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        "priority": priority,
+        **(spec or {}),
+    }
+    if node:
+        body["nodeName"] = node
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": body,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+def kube_list(*items: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "List", "items": list(items)}
+
+
+def fragmentation_list() -> dict[str, Any]:
+    """The fragmentation article's example: three nodes of 1000m / 2 GB, nine ReplicaSet pods
+    leaving 600m / 1200 MB free in total but no node with both 300m and 600 MB, and a pending
+    300m / 600 MB pod. (The article gives only the totals; the per-pod requests are ours.)"""
+    running = {
+        "node-a": [("300m", "700M"), ("200m", "600M"), ("200m", "600M")],
+        "node-b": [("400m", "500M"), ("200m", "400M"), ("200m", "400M")],
+        "node-c": [("300m", "600M"), ("300m", "500M"), ("300m", "500M")],
+    }
+    items = [node_obj(n) for n in running]
+    for node, pods in running.items():
+        for i, (cpu, mem) in enumerate(pods):
+            items.append(
+                pod_obj(f"{node}-p{i}", cpu, mem, node=node, owner=("ReplicaSet", f"rs-{node}-{i}"))
+            )
+    items.append(pod_obj("pending", "300m", "600M", owner=("ReplicaSet", "rs-new")))
+    return kube_list(*items)
+
+
+def simple_snapshot(
+    nodes: list[tuple[str, int, int]],
+    pods: list[tuple[str, int, int, str | None, int]],
+) -> Snapshot:
+    """Nodes (name, millicores, bytes) and movable pods (name, millicores, bytes, node,
+    priority)."""
+    return Snapshot(
+        tuple(Node(n, {"cpu": c, "memory": m, "pods": 110}) for n, c, m in nodes),
+        tuple(
+            Pod(
+                "default",
+                name,
+                {"cpu": c, "memory": m, "pods": 1},
+                prio,
+                node,
+                owner="ReplicaSet/x",
+            )
+            for name, c, m, node, prio in pods
+        ),
+    )

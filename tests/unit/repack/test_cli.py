@@ -1,0 +1,100 @@
+"""``carico repack --from-file`` on a small kubectl-style dump: table and JSON outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from repack_builders import fragmentation_list
+
+from carico.cli import main
+
+
+@pytest.fixture
+def dump(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(fragmentation_list()))
+    return path
+
+
+def test_json_output_has_the_documented_fields(
+    dump: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(
+        [
+            "repack",
+            "--from-file",
+            str(dump),
+            "--time-limit",
+            "3",
+            "--output",
+            "json",
+            "--workers",
+            "2",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["status"] == "OPTIMAL" and out["optimal"] is True
+    assert isinstance(out["solve_seconds"], float)
+    assert out["before"]["placed_by_priority"] == {"0": 9}
+    assert out["after"]["placed_by_priority"] == {"0": 10}
+    assert out["placements"] == [{"pod": "default/pending", "to": "node-a"}]
+    assert len(out["moves"]) == 1 and set(out["moves"][0]) >= {"pod", "from", "to"}
+    assert out["evictions"] == []
+    assert [s["action"] for s in out["steps"]] == ["move", "place"]
+    assert [(p["tier"], p["phase"], p["status"]) for p in out["phases"]] == [
+        (0, "place", "OPTIMAL"),
+        (0, "disrupt", "OPTIMAL"),
+    ]
+    assert all(isinstance(p["seconds"], float) for p in out["phases"])
+
+
+def test_table_output(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["repack", "--from-file", str(dump), "--time-limit", "3", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "status: OPTIMAL" in out
+    assert "default/pending" in out and "(pending) -> node-a" in out
+    assert "1 move(s), 1 placement(s), 0 eviction(s)" in out
+
+
+def test_stdin_and_per_pod(
+    dump: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(dump.read_text()))
+    rc = main(
+        [
+            "repack",
+            "--from-file",
+            "-",
+            "--formulation",
+            "per-pod",
+            "--output",
+            "json",
+            "--time-limit",
+            "3",
+        ]
+    )
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["formulation"] == "per-pod" and out["status"] == "OPTIMAL"
+
+
+@pytest.mark.parametrize(
+    "content", ["not json", '{"kind": "Pod"}', '{"items": [{"kind": "Node"}]}']
+)
+def test_bad_input_exits_2_with_a_message(
+    tmp_path: Path, content: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    assert main(["repack", "--from-file", str(path)]) == 2
+    assert "carico repack:" in capsys.readouterr().err
+
+
+def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["repack", "--from-file", str(tmp_path / "nope.json")]) == 2
+    assert "nope.json" in capsys.readouterr().err
