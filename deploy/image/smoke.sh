@@ -10,7 +10,9 @@
 #   - the native dependencies import (numpy, grpc, OR-Tools, cryptography, ...);
 #   - `carico certs --secret yaml` issues certificates;
 #   - if built, `carico agent --standalone` runs for a few seconds, prints JSON reports and stops
-#     on SIGTERM.
+#     on SIGTERM;
+#   - if built, `carico aggregator` serves mTLS with certificates from `carico certs`: a client
+#     with the agent's certificate completes the handshake; it stops on SIGTERM.
 # Usage: deploy/image/smoke.sh (make image-test). Needs root and a built image.
 set -euo pipefail
 
@@ -127,6 +129,61 @@ print(n)' 2>/dev/null || echo 0)
     fi
     ;;
 *) echo "--- carico agent: not built in this source tree, standalone run skipped" ;;
+esac
+
+case " $built " in
+*" aggregator "*)
+    echo "--- carico aggregator with mTLS material from carico certs"
+    # Certificates on the tmpfs /tmp; 127.0.0.1 added to the server certificate for loopback.
+    in_image carico certs --out /tmp/pki --extra-san aggregator=127.0.0.1 2>/dev/null
+    log=$ROOTFS/tmp/aggregator.log
+    in_image timeout --preserve-status -k 5 -s TERM 8 carico aggregator \
+        --listen 127.0.0.1:0 --ops-listen 127.0.0.1:0 --log-level info --log-format json \
+        --tls-cert /tmp/pki/aggregator.crt --tls-key /tmp/pki/aggregator.key \
+        --tls-client-ca /tmp/pki/ca.crt 2>"$log" &
+    pid=$!
+    port=""
+    for _ in $(seq 50); do  # up to 5 s for the "serving" line with the free port it chose
+        port=$(python3 -c '
+import json, sys
+for line in open(sys.argv[1]):
+    try:
+        print(json.loads(line)["grpc_port"]); break
+    except (ValueError, KeyError):
+        pass' "$log" 2>/dev/null || true)
+        [ -n "$port" ] && break
+        sleep 0.1
+    done
+    if [ -z "$port" ]; then
+        echo "FAILED   carico aggregator did not start"; tail -n 20 "$log"; failed=$((failed + 1))
+    else
+        # A client with the agent's certificate: the mTLS handshake must succeed, so the empty
+        # model is refused by the service (INVALID_ARGUMENT), not by TLS (UNAVAILABLE).
+        rc=0; reply=$(in_image python3 -c '
+import sys, grpc
+from carico.tls import grpc_channel_credentials
+from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
+creds = grpc_channel_credentials("/tmp/pki/ca.crt", "/tmp/pki/agent.crt", "/tmp/pki/agent.key")
+with grpc.secure_channel("127.0.0.1:" + sys.argv[1], creds) as channel:
+    try:
+        aggregator_pb2_grpc.AggregatorStub(channel).Exchange(aggregator_pb2.LocalModel(), timeout=10)
+        print("OK")
+    except grpc.RpcError as exc:
+        print(exc.code().name)
+' "$port" 2>&1) || rc=$?
+        if [ $rc -eq 0 ] && { [ "$reply" = INVALID_ARGUMENT ] || [ "$reply" = OK ]; }; then
+            echo "ok       carico aggregator on 127.0.0.1:$port: mTLS Exchange answered $reply"
+        else
+            echo "FAILED   mTLS Exchange with carico aggregator: $reply"; failed=$((failed + 1))
+        fi
+    fi
+    rc=0; wait "$pid" || rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 143 ]; then
+        echo "ok       carico aggregator stopped on SIGTERM (exit $rc)"
+    else
+        echo "FAILED   carico aggregator exit $rc on SIGTERM"; tail -n 20 "$log"; failed=$((failed + 1))
+    fi
+    ;;
 esac
 
 if [ $failed -ne 0 ]; then echo "image smoke test: $failed check(s) failed"; exit 1; fi
