@@ -270,3 +270,11 @@ def test_bad_flag_values_are_rejected_by_the_parser() -> None:
     for argv in (("--days", "0"), ("--extra-san", "agent=x"), ("--secret", "xml")):
         with pytest.raises(SystemExit):
             _args(*argv)
+
+
+def test_the_carico_command_dispatches_to_certs(capsys: pytest.CaptureFixture[str]) -> None:
+    from carico import cli
+
+    assert cli.main(["certs", "--secret", "json", "--namespace", "via-cli"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert {item["metadata"]["namespace"] for item in items} == {"via-cli"}
