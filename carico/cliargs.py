@@ -62,12 +62,14 @@ def add_env_argument(
 
 
 def add_env_flag(parser: argparse.ArgumentParser | Any, flag: str, *, help: str) -> None:
-    """A boolean switch, off by default, also enabled by ``CARICO_<FLAG>=true``."""
+    """A switch, off by default, turned on by the flag or by ``CARICO_<FLAG>=true``.
+
+    A plain ``store_true``: argparse's BooleanOptionalAction would read a flag named ``--no-...``
+    (such as ``--no-kube``) as "false" and add a confusing ``--no-no-...`` twin.
+    """
     env = env_name(flag)
     try:
         default = parse_bool(os.environ.get(env, "false"))
     except argparse.ArgumentTypeError as exc:
         raise SystemExit(f"invalid {env} for {flag}: {exc}") from exc
-    parser.add_argument(
-        flag, action=argparse.BooleanOptionalAction, default=default, help=f"{help} (env {env})"
-    )
+    parser.add_argument(flag, action="store_true", default=default, help=f"{help} (env {env})")

@@ -48,3 +48,9 @@ def test_json_log_lines_carry_extra_fields() -> None:
     )
     entry = json.loads(JsonFormatter().format(record))
     assert entry["msg"] == "hello n1" and entry["node"] == "n1" and entry["level"] == "info"
+
+
+def test_a_switch_named_no_something_turns_on() -> None:
+    args = _parser().parse_args(["--no-kube"])
+    assert args.no_kube is True
+    assert _parser().parse_args([]).no_kube is False

@@ -1,0 +1,247 @@
+"""The agent's pure per-sample step (DESIGN §3.2–3.7): samples in, capacity reports out.
+
+Every sample goes through the Dynamic EMA; every ``batch`` samples (1 s at 10 Hz) the batch of
+smoothed vectors updates the local model, the local model is merged with the latest global model
+(weights N−1 : 1), the capacity signal k is computed on the current smoothed telemetry, the
+cost/capacity estimator observes it, and avail is computed in live or estimate mode.
+
+Estimate mode (avail = ĉ/p̂ − n) is used while the estimator halts for churn or rejects k, and while
+the live signal is suspect (more than half of the batch's samples missing); it needs a known
+capacity, so before that the agent stays live. No I/O and no clock: ``now`` comes in with every call
+(monotonic seconds), so tests drive it with a scripted source. :mod:`agent.service` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from agent.telemetry import Sample
+from carico.model import (
+    DEFAULT_K_MAX,
+    CostCapacityEstimator,
+    DynamicEMA,
+    SubspaceModel,
+    capacity_signal,
+)
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    sample_hz: float = 10.0
+    batch: int = 10
+    half_life_s: float = 30.0
+    k_max: float = DEFAULT_K_MAX
+    # Hold estimation this long after the last pod event (EMA settling + one batch, DESIGN §3.6).
+    hold_s: float = 2.5
+    prior_per_pod_cost: float = 0.1
+    # Live signal is suspect when more than this fraction of a batch's samples is missing.
+    max_missing_fraction: float = 0.5
+    # A global model older than this (the aggregator has been unreachable) is no longer merged:
+    # the node falls back to its own model rather than lean on a fleet view of unknown age.
+    global_ttl_s: float = 300.0
+    ema: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not (self.sample_hz > 0 and self.batch >= 1 and self.half_life_s > 0):
+            raise ValueError("sample rate, batch size and half-life must be positive")
+        if not 0 <= self.max_missing_fraction < 1:
+            raise ValueError("max_missing_fraction must be in [0, 1)")
+        if not self.global_ttl_s > 0:
+            raise ValueError("the global model's time to live must be positive")
+
+    @property
+    def batch_seconds(self) -> float:
+        return self.batch / self.sample_hz
+
+    def local_weights(self) -> tuple[float, float]:
+        """(old, new) weights per batch so that old data halves every ``half_life_s``."""
+        keep = 0.5 ** (self.batch_seconds / self.half_life_s)
+        return keep, 1.0 - keep
+
+
+@dataclass(frozen=True)
+class GlobalView:
+    """The latest global model from the aggregator, as the pipeline uses it."""
+
+    model: SubspaceModel
+    contributing_nodes: int
+    received_at: float  # monotonic seconds
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    """What the agent reports once per batch (DESIGN §3.7)."""
+
+    now: float
+    avail: float
+    k: float
+    capacity: float
+    per_pod_cost: float
+    pods: int
+    mode: str
+    features: tuple[float, ...]
+    psi_available: bool
+    churn: bool
+    global_model: bool
+    model_age_s: float
+    samples_missing: int
+    cost_source: str
+
+
+class AgentPipeline:
+    """The step function; one instance per node."""
+
+    def __init__(self, feature_names: tuple[str, ...], config: PipelineConfig | None = None):
+        self.config = config or PipelineConfig()
+        self.feature_names = tuple(feature_names)
+        d = len(self.feature_names)
+        self.ema = DynamicEMA(d, **self.config.ema)
+        self.estimator = CostCapacityEstimator(
+            prior_per_pod_cost=self.config.prior_per_pod_cost, hold_seconds=self.config.hold_s
+        )
+        self.local: SubspaceModel | None = None
+        self.global_view: GlobalView | None = None
+        self.samples = 0
+        self.samples_missing = 0
+        self.batches = 0
+        self.last_report: CapacityReport | None = None
+        self._batch = np.full((d, self.config.batch), np.nan)
+        self._fill = 0
+        self._batch_missing = 0
+        self._batch_event = False
+        self._last_event = -math.inf
+        self._psi_available = True
+        self._y: FloatArray = np.full(d, np.nan)
+
+    # -- inputs -------------------------------------------------------------------------------
+
+    def set_global(self, view: GlobalView | None) -> bool:
+        """Use ``view`` for the merge from the next batch on; False if its shape does not fit."""
+        if view is not None and view.model.d != len(self.feature_names):
+            return False
+        self.global_view = view
+        return True
+
+    def set_fleet_prior(self, per_pod_cost: float) -> bool:
+        """The aggregator's median per-pod cost, used until this node has learned its own."""
+        if not (math.isfinite(per_pod_cost) and per_pod_cost > 0):
+            return False
+        return self.estimator.set_prior(per_pod_cost)
+
+    def step(
+        self, now: float, sample: Sample, pods: int | None, pod_event: bool = False
+    ) -> CapacityReport | None:
+        """One sample at ``now``; returns a report when it completes a batch, else None.
+
+        A pod event while live also returns an immediate estimate-mode report (a mode change).
+        ``pods`` None means the count is not known yet (the pod watch has not listed): the model
+        learns, but the estimator waits and nothing is reported.
+
+        ``pod_event`` says a pod event (or a churn hint) happened since the previous step.
+        """
+        self.samples += 1
+        self._psi_available = sample.psi_available
+        if sample.missing:
+            self.samples_missing += 1
+            self._batch_missing += 1
+        early = None
+        if pod_event:
+            self._batch_event = True
+            self._last_event = now
+            if pods is not None:
+                early = self._churn_report(now, pods)
+        self._y = self.ema.update(sample.features)
+        self._batch[:, self._fill] = self._y
+        self._fill += 1
+        if self._fill < self.config.batch:
+            return early
+        return self._close_batch(now, pods)
+
+    def _churn_report(self, now: float, pods: int) -> CapacityReport | None:
+        """At a pod event, switch to estimate mode at once instead of at the end of the batch.
+
+        Nothing is learned here: the report repeats the last one with the new pod count and
+        avail = ĉ/p̂ − n, so the extender hears about the churn without waiting up to a second.
+        """
+        last, est = self.last_report, self.estimator
+        if last is None or last.mode == "estimate" or not math.isfinite(est.capacity):
+            return None
+        report = replace(
+            last,
+            now=now,
+            pods=pods,
+            mode="estimate",
+            avail=est.avail(last.k, pods, "estimate"),
+            churn=True,
+            samples_missing=self.samples_missing,
+        )
+        self.last_report = report
+        return report
+
+    # -- the batch ----------------------------------------------------------------------------
+
+    def _close_batch(self, now: float, pods: int | None) -> CapacityReport | None:
+        cfg = self.config
+        batch, missing, event = self._batch, self._batch_missing, self._batch_event
+        self._batch = np.full_like(batch, np.nan)
+        self._fill, self._batch_missing, self._batch_event = 0, 0, False
+        self.batches += 1
+
+        complete = batch[:, np.all(np.isfinite(batch), axis=0)]
+        if complete.shape[1] > 0:
+            if self.local is None:
+                self.local = SubspaceModel.from_batch(complete)
+            else:
+                old, new = cfg.local_weights()
+                self.local = self.local.update(complete, old, new)
+        y = self._y
+        if self.local is None or pods is None or not np.all(np.isfinite(y)):
+            return None
+
+        model, age = self.local, 0.0
+        view = self.global_view
+        if view is not None and now - view.received_at > cfg.global_ttl_s:
+            view = None  # stale: keep the last view for its age, but do not merge it
+        if view is not None:
+            model = SubspaceModel.merge(
+                view.model, self.local, max(view.contributing_nodes - 1, 0), 1.0
+            )
+            age = max(0.0, now - view.received_at)
+        k = capacity_signal(y, model, k_max=cfg.k_max)
+        # Pods changed, or still settling after a recent event: the estimator must not learn.
+        churn = event or (now - self._last_event < cfg.hold_s and not self.ema.settled)
+        est = self.estimator
+        est.observe(now, k, pods, churn)
+
+        mode = est.suggested_mode
+        suspect = missing > cfg.max_missing_fraction * cfg.batch
+        if suspect and math.isfinite(est.capacity):
+            mode = "estimate"
+        avail = est.avail(k, pods, mode)
+        if not math.isfinite(avail):  # estimate mode before the capacity is known
+            mode, avail = "live", est.avail(k, pods, "live")
+        report = CapacityReport(
+            now=now,
+            avail=avail,
+            k=k,
+            capacity=est.capacity,
+            per_pod_cost=est.per_pod_cost,
+            pods=pods,
+            mode=mode,
+            features=tuple(float(v) for v in y),
+            psi_available=self._psi_available,
+            churn=est.churn_hold,
+            global_model=view is not None,
+            model_age_s=age,
+            samples_missing=self.samples_missing,
+            cost_source=est.cost_source,
+        )
+        self.last_report = report
+        return report

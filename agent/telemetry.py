@@ -1,0 +1,192 @@
+"""Telemetry sources and the feature vector y ∈ [0,1]^d (DESIGN §3.1). Pure: no I/O, no clock.
+
+A :class:`TelemetrySource` returns one :class:`Sample` per call, given the monotonic time of the
+call; :class:`agent.proc_source.ProcSource` reads the host, and the simulator feeds the same
+pipeline through the same interface. Missing values are NaN, never zero.
+
+Features (0 = empty, 1 = full):
+
+* ``cpu`` = (util + psi_cpu_some)/2, or util alone when the kernel has no PSI;
+* ``memory`` = 1 − MemAvailable/MemTotal;
+* ``cpu_pressure``, ``memory_pressure``, ``io_pressure`` = the ``some`` stall fraction of that
+  resource over the interval (0 when the kernel has no PSI: no evidence of stall).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+FEATURES: tuple[str, ...] = ("cpu", "memory", "cpu_pressure", "memory_pressure", "io_pressure")
+DEFAULT_FEATURES: tuple[str, ...] = ("cpu", "memory")
+
+
+def parse_features(text: str) -> tuple[str, ...]:
+    """``"cpu,memory,io_pressure"`` -> a validated tuple of feature names.
+
+    >>> parse_features("cpu, memory")
+    ('cpu', 'memory')
+    """
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise ValueError("at least one feature is needed")
+    unknown = [n for n in names if n not in FEATURES]
+    if unknown:
+        raise ValueError(
+            f"unknown feature(s) {', '.join(unknown)}; choose from {', '.join(FEATURES)}"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"duplicate feature in {text!r}")
+    return names
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One telemetry sample.
+
+    ``features`` has one value per configured feature, NaN where missing; ``missing`` says the
+    sample was (partly) unreadable or malformed — counted in a metric; ``pods`` is the workload pod
+    count when the source knows it (the simulator), else None.
+    """
+
+    features: NDArray[np.float64]
+    psi_available: bool
+    missing: bool = False
+    pods: int | None = None
+    problems: tuple[str, ...] = field(default=())
+
+
+class TelemetrySource(Protocol):
+    """Anything that produces samples of a fixed feature vector."""
+
+    @property
+    def feature_names(self) -> tuple[str, ...]: ...
+
+    def read(self, now: float) -> Sample:
+        """One sample; ``now`` is a monotonic time in seconds (the caller's clock)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CpuTimes:
+    """The /proc/stat ``cpu`` line in seconds (psutil's ``cpu_times()`` fields)."""
+
+    user: float
+    nice: float
+    system: float
+    idle: float
+    iowait: float
+    irq: float
+    softirq: float
+    steal: float
+
+    @property
+    def busy(self) -> float:
+        # guest and guest_nice are already counted inside user and nice: never add them again.
+        return self.user + self.nice + self.system + self.irq + self.softirq + self.steal
+
+    @property
+    def total(self) -> float:
+        # iowait is idle time the kernel could not fill; it is not busy.
+        return self.busy + self.idle + self.iowait
+
+
+def parse_cpu_line(data: bytes) -> CpuTimes:
+    """The aggregate ``cpu`` line of ``/proc/stat`` (USER_HZ ticks; only ratios are used).
+
+    Fields after ``idle`` appeared over time (iowait, irq, softirq 2.6; steal 2.6.11); missing ones
+    count 0. guest and guest_nice are ignored: they are already inside user and nice.
+
+    >>> t = parse_cpu_line(b"cpu  10 1 5 80 4 0 2 3 7 0\\ncpu0 5 0 2 40 2 0 1 1 3 0\\n")
+    >>> t.busy, t.total  # user+nice+system+irq+softirq+steal; + idle + iowait
+    (21.0, 105.0)
+    """
+    line = data.split(b"\n", 1)[0]
+    fields = line.split()
+    if len(fields) < 5 or fields[0] != b"cpu":
+        raise ValueError(f"not the aggregate cpu line: {line[:40]!r}")
+    values = [float(f) for f in fields[1:9]]
+    if any(not (v >= 0 and math.isfinite(v)) for v in values):
+        raise ValueError(f"bad cpu counters: {line[:60]!r}")
+    values += [0.0] * (8 - len(values))
+    return CpuTimes(*values)
+
+
+def cpu_utilisation(prev: CpuTimes, cur: CpuTimes) -> float | None:
+    """Δbusy/Δtotal over the interval, clipped to [0,1]; None when the counters give no answer.
+
+    >>> a = CpuTimes(10, 0, 5, 80, 5, 0, 0, 0)
+    >>> b = CpuTimes(13, 0, 6, 85, 6, 0, 0, 0)
+    >>> cpu_utilisation(a, b)
+    0.4
+    """
+    d_total = cur.total - prev.total
+    d_busy = cur.busy - prev.busy
+    # No tick elapsed (interval shorter than the USER_HZ resolution) or a counter reset.
+    if not (d_total > 0) or d_busy < 0 or math.isnan(d_busy):
+        return None
+    return min(1.0, d_busy / d_total)
+
+
+def parse_meminfo_head(data: bytes) -> tuple[int, int] | None:
+    """(MemTotal, MemAvailable) in kB from ``/proc/meminfo``; None if MemAvailable is absent.
+
+    Reads only up to MemAvailable (the third line since Linux 3.14). ValueError when MemTotal is
+    missing or a needed value is malformed.
+
+    >>> parse_meminfo_head(b"MemTotal: 8000 kB\\nMemFree: 1000 kB\\nMemAvailable: 6000 kB\\n")
+    (8000, 6000)
+    >>> parse_meminfo_head(b"MemTotal: 8000 kB\\nMemFree: 1000 kB\\n") is None
+    True
+    """
+    total: int | None = None
+    for line in data.split(b"\n"):
+        key, _, rest = line.partition(b":")
+        if key == b"MemTotal":
+            total = _kb(rest)
+        elif key == b"MemAvailable":
+            if total is None:
+                raise ValueError("MemAvailable before MemTotal")
+            return total, _kb(rest)
+    if total is None:
+        raise ValueError("no MemTotal line")
+    return None
+
+
+def _kb(rest: bytes) -> int:
+    fields = rest.split()
+    if not fields or not fields[0].isdigit():
+        raise ValueError(f"bad meminfo value {rest[:30]!r}")
+    return int(fields[0])
+
+
+def memory_used(total_bytes: float, available_bytes: float) -> float | None:
+    """1 − MemAvailable/MemTotal, clipped to [0,1]; None for an impossible total.
+
+    >>> memory_used(8e9, 6e9)
+    0.25
+    """
+    if not (total_bytes > 0) or available_bytes < 0:
+        return None
+    return min(1.0, max(0.0, 1.0 - available_bytes / total_bytes))
+
+
+def cpu_feature(util: float | None, psi_cpu_some: float | None, psi_available: bool) -> float:
+    """(util + psi)/2 with PSI, util alone without it; NaN when a needed part is missing.
+
+    >>> cpu_feature(0.6, 0.2, True)
+    0.4
+    >>> cpu_feature(0.6, None, False)
+    0.6
+    """
+    if util is None:
+        return math.nan
+    if not psi_available:
+        return util
+    if psi_cpu_some is None:
+        return math.nan
+    return (util + psi_cpu_some) / 2.0

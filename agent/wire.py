@@ -1,0 +1,101 @@
+"""Conversions between the agent's values and the wire messages (protos/carico/v1). Pure.
+
+The global model is validated here (dimensions, feature names, finite values, orthonormal factor
+via :class:`carico.model.SubspaceModel`) before it can reach the pipeline: a bad reply from the
+aggregator is refused and the agent goes on with its local model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from agent.pipeline import CapacityReport
+from carico.model import SubspaceModel
+from protos.carico.v1 import aggregator_pb2, capacity_pb2
+
+MODES = {
+    "live": capacity_pb2.CAPACITY_MODE_LIVE,
+    "estimate": capacity_pb2.CAPACITY_MODE_ESTIMATE,
+}
+
+
+def factor_to_wire(
+    model: SubspaceModel, feature_names: tuple[str, ...]
+) -> aggregator_pb2.SubspaceFactor:
+    u, sigma = model.to_arrays()
+    return aggregator_pb2.SubspaceFactor(
+        d=model.d,
+        r=model.r,
+        u=u.reshape(-1).tolist(),  # row-major
+        sigma=sigma.tolist(),
+        feature_names=list(feature_names),
+    )
+
+
+def factor_from_wire(
+    factor: aggregator_pb2.SubspaceFactor, feature_names: tuple[str, ...]
+) -> SubspaceModel:
+    """The model in ``factor``; ValueError when it does not match this agent's features."""
+    names = tuple(factor.feature_names)
+    if names != feature_names:
+        raise ValueError(f"global model features {names} differ from this agent's {feature_names}")
+    if factor.d != len(feature_names) or len(factor.u) != factor.d * factor.r:
+        raise ValueError(
+            f"global model shape d={factor.d} r={factor.r} u={len(factor.u)} is inconsistent"
+        )
+    if len(factor.sigma) != factor.r or factor.r < 1:
+        raise ValueError(
+            f"global model has {len(factor.sigma)} singular values for rank {factor.r}"
+        )
+    u = np.asarray(factor.u, dtype=np.float64).reshape(factor.d, factor.r)
+    return SubspaceModel.from_arrays(u, np.asarray(factor.sigma, dtype=np.float64))
+
+
+def local_model_message(
+    node: str,
+    sequence: int,
+    timestamp: float,
+    model: SubspaceModel,
+    feature_names: tuple[str, ...],
+    learned_per_pod_cost: float | None,
+) -> aggregator_pb2.LocalModel:
+    costs = [learned_per_pod_cost] if learned_per_pod_cost is not None else []
+    return aggregator_pb2.LocalModel(
+        node=node,
+        sequence=sequence,
+        timestamp=timestamp,
+        model=factor_to_wire(model, feature_names),
+        weight=1,
+        per_pod_costs=costs,
+    )
+
+
+def _finite(value: float, default: float = 0.0) -> float:
+    return value if math.isfinite(value) else default
+
+
+def node_capacity_message(
+    node: str, report: CapacityReport, feature_names: tuple[str, ...], timestamp: float
+) -> capacity_pb2.NodeCapacity:
+    """The report as sent to the extender; the sequence number is set by the sender."""
+    return capacity_pb2.NodeCapacity(
+        node=node,
+        avail=_finite(report.avail),
+        k=_finite(report.k),
+        capacity=_finite(report.capacity),  # 0 until the first usable observation
+        per_pod_cost=_finite(report.per_pod_cost),
+        pods=report.pods,
+        mode=MODES[report.mode],
+        health=capacity_pb2.HealthFlags(
+            psi_available=report.psi_available,
+            churn_hold=report.churn,
+            model_age_seconds=report.model_age_s,
+            global_model=report.global_model,
+            samples_missing=report.samples_missing,
+        ),
+        timestamp=timestamp,
+        features=list(report.features),
+        feature_names=list(feature_names),
+    )

@@ -1,0 +1,143 @@
+"""The pure pipeline step driven by scripted telemetry and a scripted clock (no sleeping)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
+from agent.telemetry import Sample
+from carico.model import SubspaceModel, capacity_signal
+
+NAMES = ("cpu", "memory")
+DT = 0.1  # 10 Hz
+
+
+def sample(cpu: float, mem: float, missing: bool = False) -> Sample:
+    return Sample(np.array([cpu, mem]), psi_available=True, missing=missing)
+
+
+def drive(
+    pipe: AgentPipeline,
+    t0: float,
+    seconds: float,
+    y: tuple[float, float],
+    pods: int,
+    event_at: float | None = None,
+    missing: bool = False,
+) -> tuple[float, list[CapacityReport]]:
+    """Feed ``seconds`` of constant telemetry at 10 Hz; returns the end time and the reports."""
+    reports = []
+    steps = round(seconds / DT)
+    for i in range(steps):
+        now = t0 + i * DT
+        event = event_at is not None and abs(now - event_at) < DT / 2
+        s = sample(math.nan, math.nan, True) if missing else sample(*y)
+        r = pipe.step(now, s, pods, pod_event=event)
+        if r is not None:
+            reports.append(r)
+    return t0 + steps * DT, reports
+
+
+def test_one_report_per_batch_with_k_from_the_local_model() -> None:
+    pipe = AgentPipeline(NAMES)
+    _, reports = drive(pipe, 0.0, 5.0, (0.3, 0.2), pods=3)
+    assert len(reports) == 5  # b = 10 samples at 10 Hz: one per second
+    last = reports[-1]
+    assert pipe.local is not None
+    # Constant telemetry: the local second moment is y yᵀ and k follows from it exactly.
+    y = np.array([0.3, 0.2])
+    assert np.allclose(pipe.local.second_moment(), np.outer(y, y))
+    assert last.k == pytest.approx(capacity_signal(y, pipe.local))
+    assert last.mode == "live" and not last.global_model
+    assert last.avail == pytest.approx(last.k / last.per_pod_cost)
+    assert last.features == pytest.approx((0.3, 0.2))
+    assert last.samples_missing == 0
+
+
+def test_half_life_weights() -> None:
+    cfg = PipelineConfig(half_life_s=30.0)
+    keep, new = cfg.local_weights()
+    assert keep**30 == pytest.approx(0.5)  # 30 one-second batches halve the old data
+    assert keep + new == pytest.approx(1.0)
+
+
+def test_merge_with_the_global_model_uses_weights_n_minus_1_to_1() -> None:
+    pipe = AgentPipeline(NAMES)
+    t, _ = drive(pipe, 0.0, 3.0, (0.3, 0.2), pods=0)
+    fleet = SubspaceModel.from_batch(np.array([[0.1, 0.2], [0.6, 0.5]]))
+    assert pipe.set_global(GlobalView(fleet, contributing_nodes=4, received_at=t))
+    _, reports = drive(pipe, t, 1.0, (0.3, 0.2), pods=0)
+    assert pipe.local is not None
+    merged = SubspaceModel.merge(fleet, pipe.local, 3, 1)
+    r = reports[-1]
+    assert r.global_model and r.model_age_s == pytest.approx(1.0 - DT)
+    assert r.k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), merged))
+    assert r.k != pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
+
+
+def test_a_stale_global_model_is_no_longer_merged() -> None:
+    pipe = AgentPipeline(NAMES, PipelineConfig(global_ttl_s=5.0))
+    t, _ = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=0)
+    fleet = SubspaceModel.from_batch(np.array([[0.1, 0.2], [0.6, 0.5]]))
+    pipe.set_global(GlobalView(fleet, contributing_nodes=4, received_at=t))
+    t, fresh = drive(pipe, t, 4.0, (0.3, 0.2), pods=0)
+    assert all(r.global_model for r in fresh)
+    _, stale = drive(pipe, t, 3.0, (0.3, 0.2), pods=0)
+    assert not stale[-1].global_model  # 6.9 s after it arrived, beyond the 5 s time to live
+    assert pipe.local is not None
+    assert stale[-1].k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
+
+
+def test_global_model_of_other_dimensions_is_refused() -> None:
+    pipe = AgentPipeline(NAMES)
+    other = SubspaceModel.from_batch(np.ones((3, 2)) * 0.2)
+    assert not pipe.set_global(GlobalView(other, 2, 0.0))
+    assert pipe.global_view is None
+
+
+def test_fleet_prior_sets_the_cold_start_cost() -> None:
+    pipe = AgentPipeline(NAMES, PipelineConfig(prior_per_pod_cost=0.1))
+    assert pipe.set_fleet_prior(0.04)
+    assert not pipe.set_fleet_prior(float("nan"))
+    _, reports = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=2)
+    assert reports[-1].per_pod_cost == pytest.approx(0.04)
+    assert reports[-1].cost_source == "fleet"
+
+
+def test_pod_change_holds_estimation_and_switches_to_estimate_mode() -> None:
+    pipe = AgentPipeline(NAMES, PipelineConfig(hold_s=2.5))
+    t, before = drive(pipe, 0.0, 10.0, (0.3, 0.2), pods=2)
+    assert all(r.mode == "live" and not r.churn for r in before[1:])
+    capacity = before[-1].capacity
+    assert math.isfinite(capacity)
+    # A pod starts: the watch reports the event and the count goes to 3.
+    t, during = drive(pipe, t, 2.0, (0.35, 0.25), pods=3, event_at=t + 0.3)
+    # The mode change is reported at the event itself, not at the end of the batch.
+    assert during[0].now == pytest.approx(t - 2.0 + 0.3)
+    assert during[0].churn and during[0].mode == "estimate"
+    assert during[0].avail == pytest.approx(capacity / during[0].per_pod_cost - 3)
+    assert during[1].churn and during[1].mode == "estimate"  # the batch report agrees
+    assert len(during) == 3  # the early report plus one per batch
+    # After the hold the agent is live again.
+    _, after = drive(pipe, t, 4.0, (0.35, 0.25), pods=3)
+    assert not after[-1].churn and after[-1].mode == "live"
+
+
+def test_missing_samples_are_counted_and_make_the_live_signal_suspect() -> None:
+    pipe = AgentPipeline(NAMES)
+    t, ok = drive(pipe, 0.0, 5.0, (0.3, 0.2), pods=1)
+    assert ok[-1].mode == "live"
+    _, bad = drive(pipe, t, 1.0, (0.3, 0.2), pods=1, missing=True)
+    assert pipe.samples_missing == 10
+    r = bad[-1]
+    assert r.samples_missing == 10 and r.mode == "estimate"
+    assert r.features == pytest.approx((0.3, 0.2))  # the EMA held its level
+
+
+def test_no_report_before_any_telemetry() -> None:
+    pipe = AgentPipeline(NAMES)
+    _, reports = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=0, missing=True)
+    assert reports == [] and pipe.local is None and pipe.batches == 2
