@@ -12,7 +12,8 @@
 #   - if built, `carico agent --standalone` runs for a few seconds, prints JSON reports and stops
 #     on SIGTERM;
 #   - if built, `carico aggregator` serves mTLS with certificates from `carico certs`: a client
-#     with the agent's certificate completes the handshake; it stops on SIGTERM.
+#     with the agent's certificate completes the handshake; if the agent is built too, it
+#     exchanges its model with the aggregator over mTLS; the aggregator stops on SIGTERM.
 # Usage: deploy/image/smoke.sh (make image-test). Needs root and a built image.
 set -euo pipefail
 
@@ -137,20 +138,23 @@ case " $built " in
     # Certificates on the tmpfs /tmp; 127.0.0.1 added to the server certificate for loopback.
     in_image carico certs --out /tmp/pki --extra-san aggregator=127.0.0.1 2>/dev/null
     log=$ROOTFS/tmp/aggregator.log
-    in_image timeout --preserve-status -k 5 -s TERM 8 carico aggregator \
+    agg_seconds=8
+    case " $built " in *" agent "*) agg_seconds=20 ;; esac  # time for the agent's exchanges too
+    in_image timeout --preserve-status -k 5 -s TERM "$agg_seconds" carico aggregator \
         --listen 127.0.0.1:0 --ops-listen 127.0.0.1:0 --log-level info --log-format json \
         --tls-cert /tmp/pki/aggregator.crt --tls-key /tmp/pki/aggregator.key \
         --tls-client-ca /tmp/pki/ca.crt 2>"$log" &
     pid=$!
-    port=""
-    for _ in $(seq 50); do  # up to 5 s for the "serving" line with the free port it chose
-        port=$(python3 -c '
+    port=""; ops_port=""
+    for _ in $(seq 50); do  # up to 5 s for the "serving" line with the free ports it chose
+        read -r port ops_port < <(python3 -c '
 import json, sys
 for line in open(sys.argv[1]):
     try:
-        print(json.loads(line)["grpc_port"]); break
+        entry = json.loads(line)
+        print(entry["grpc_port"], entry["ops_port"]); break
     except (ValueError, KeyError):
-        pass' "$log" 2>/dev/null || true)
+        pass' "$log" 2>/dev/null || true) || true
         [ -n "$port" ] && break
         sleep 0.1
     done
@@ -176,6 +180,27 @@ with grpc.secure_channel("127.0.0.1:" + sys.argv[1], creds) as channel:
         else
             echo "FAILED   mTLS Exchange with carico aggregator: $reply"; failed=$((failed + 1))
         fi
+        case " $built " in *" agent "*)
+            # The real agent exchanges its model over mTLS; the aggregator counts what it accepted.
+            rc=0
+            in_image carico agent --aggregator "127.0.0.1:$port" --tls-ca /tmp/pki/ca.crt \
+                --tls-cert /tmp/pki/agent.crt --tls-key /tmp/pki/agent.key --no-kube \
+                --node-name smoke-node --metrics-port 0 --exchange-interval 1 --duration 6 \
+                2>"$ROOTFS/tmp/agent-exchange.err" || rc=$?
+            accepted=$(in_image python3 -c '
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+print(sum(float(line.split()[-1]) for line in text.splitlines()
+          if line.startswith("carico_aggregator_exchanges_total{") and "accepted" in line))
+' "$ops_port" 2>&1 || true)
+            if [ $rc -eq 0 ] && python3 -c 'import sys; sys.exit(float(sys.argv[1]) < 1)' "$accepted" 2>/dev/null; then
+                echo "ok       carico agent -> aggregator over mTLS: ${accepted%.0} exchanges accepted in 6 s"
+            else
+                echo "FAILED   agent -> aggregator: agent exit $rc, accepted: $accepted"
+                tail -n 20 "$ROOTFS/tmp/agent-exchange.err"; failed=$((failed + 1))
+            fi
+            ;;
+        esac
     fi
     rc=0; wait "$pid" || rc=$?
     if [ $rc -eq 0 ] || [ $rc -eq 143 ]; then
