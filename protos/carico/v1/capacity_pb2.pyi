@@ -147,20 +147,24 @@ class ReportSummary(_message.Message):
     ACCEPTED_FIELD_NUMBER: _builtins.int
     REJECTED_FIELD_NUMBER: _builtins.int
     LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    LAST_REJECTION_FIELD_NUMBER: _builtins.int
     accepted: _builtins.int
     rejected: _builtins.int
     """invalid, duplicate or out-of-order reports"""
     last_sequence: _builtins.int
+    last_rejection: _builtins.str
+    """why the most recent refused report was refused"""
     def __init__(
         self,
         *,
         accepted: _builtins.int = ...,
         rejected: _builtins.int = ...,
         last_sequence: _builtins.int = ...,
+        last_rejection: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "last_sequence", b"last_sequence", "rejected", b"rejected"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "last_rejection", b"last_rejection", "last_sequence", b"last_sequence", "rejected", b"rejected"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,307 @@
+"""The capacity table: the latest valid report per node, reservations, and per-node verdicts.
+
+Reports arrive from the agents' gRPC streams (``grpc_server``); reservations come from the
+``ledger``. Every change of a node's report or reservation count recomputes that node's *verdict*:
+``free[node]`` = avail − reserved and, when it is below the threshold, ``failing[node]`` = the
+human-readable reason. Filter and prioritize then work with set operations and C-level maps over
+these dictionaries instead of per-node Python arithmetic and string formatting (DESIGN §4.2).
+Staleness depends on time: nodes are kept in the order of their last report, so "is anything
+stale?" is one comparison with the oldest, and the stale set is only walked when it is not empty.
+
+Ordering rules for reports: within one stream the sequence must increase (a repeat is a duplicate,
+a lower one out of order; both are ignored and counted). A report from a *different* stream than the
+node's current one is accepted only when its timestamp (the agent's clock, on the same host) is
+newer: that is how a reconnected or restarted agent — whose sequence may start again at 1 — takes
+over, while a late report from a lingering old stream is refused. Pure logic: the clock is passed
+in; the lock makes the table safe for the threads that the Kubernetes client uses.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from protos.carico.v1 import capacity_pb2
+
+INITIAL_SLOTS = 1024
+MAX_NODE_NAME = 253  # a Node name is a DNS subdomain
+# Reports claiming more than this many free pods are absurd (kubelet's max-pods tops out far lower).
+MAX_AVAIL = 1e6
+
+
+class Ingest(enum.Enum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order"
+    INVALID = "invalid"
+
+
+MODE_NAMES = {
+    capacity_pb2.CAPACITY_MODE_UNSPECIFIED: "unspecified",
+    capacity_pb2.CAPACITY_MODE_LIVE: "live",
+    capacity_pb2.CAPACITY_MODE_ESTIMATE: "estimate",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """One accepted report, with the extender's own receive time (its clock, not the agent's)."""
+
+    node: str
+    avail: float
+    k: float
+    capacity: float
+    per_pod_cost: float
+    pods: int
+    mode: str
+    psi_available: bool
+    churn_hold: bool
+    model_age_seconds: float
+    global_model: bool
+    samples_missing: int
+    sequence: int
+    timestamp: float
+    received_at: float
+
+    @classmethod
+    def from_message(cls, msg: capacity_pb2.NodeCapacity, received_at: float) -> NodeReport:
+        h = msg.health
+        return cls(
+            node=msg.node,
+            avail=msg.avail,
+            k=msg.k,
+            capacity=msg.capacity,
+            per_pod_cost=msg.per_pod_cost,
+            pods=msg.pods,
+            mode=MODE_NAMES.get(msg.mode, "unspecified"),
+            psi_available=h.psi_available,
+            churn_hold=h.churn_hold,
+            model_age_seconds=h.model_age_seconds,
+            global_model=h.global_model,
+            samples_missing=h.samples_missing,
+            sequence=msg.sequence,
+            timestamp=msg.timestamp,
+            received_at=received_at,
+        )
+
+
+def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
+    """Why a report must be refused, or None when it is acceptable."""
+    if not msg.node:
+        return "node name is empty"
+    if len(msg.node) > MAX_NODE_NAME:
+        return f"node name longer than {MAX_NODE_NAME} characters"
+    numbers = {
+        "avail": msg.avail,
+        "k": msg.k,
+        "capacity": msg.capacity,
+        "per_pod_cost": msg.per_pod_cost,
+        "timestamp": msg.timestamp,
+        "health.model_age_seconds": msg.health.model_age_seconds,
+    }
+    for name, value in numbers.items():
+        if not math.isfinite(value):
+            return f"{name} is not finite ({value})"
+        if value < 0:
+            return f"{name} is negative ({value})"
+    if msg.avail > MAX_AVAIL:
+        return f"avail {msg.avail} is absurd (more than {MAX_AVAIL:g} pods)"
+    if msg.timestamp <= 0:
+        return "timestamp is missing"
+    if msg.mode not in MODE_NAMES:
+        return f"unknown mode {msg.mode}"
+    if any(not math.isfinite(x) for x in msg.features):
+        return "features contain a non-finite value"
+    if msg.feature_names and len(msg.feature_names) != len(msg.features):
+        return "features and feature_names differ in length"
+    return None
+
+
+def fmt(x: float) -> str:
+    """A short human number: 0.4, 1, 12.35."""
+    return f"{x:.2f}".rstrip("0").rstrip(".")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    threshold: float = 1.0  # a node passes when avail - reserved >= threshold
+    stale_after: float = 10.0  # seconds without a report before a node's data is stale
+
+
+class CapacityTable:
+    def __init__(self, thresholds: Thresholds = Thresholds()) -> None:
+        self.thresholds = thresholds
+        self.lock = threading.RLock()
+        self._reports: dict[str, NodeReport] = {}
+        self._streams: dict[str, Hashable] = {}
+        self._reserved: dict[str, int] = {}
+        # The verdicts, read without the lock by the hot path (single dict operations are atomic).
+        self.free: dict[str, float] = {}
+        self.failing: dict[str, str] = {}
+        # Node -> receive time, oldest first (a report moves its node to the end).
+        self._received: OrderedDict[str, float] = OrderedDict()
+        # The same verdicts as arrays indexed by a slot per reported node, for the vectorised
+        # hot path: one dictionary pass maps candidate names to slots, the rest is numpy.
+        self.slot: dict[str, int] = {}
+        self._free_slots: list[int] = []
+        self.free_arr = np.zeros(INITIAL_SLOTS)
+        self.failing_arr = np.zeros(INITIAL_SLOTS, dtype=bool)
+        self.received_arr = np.full(INITIAL_SLOTS, -np.inf)
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def ingest(
+        self, msg: capacity_pb2.NodeCapacity, stream: Hashable, now: float
+    ) -> tuple[Ingest, str]:
+        """Take a report if it is valid and newer; returns the outcome and, if refused, why."""
+        problem = validate(msg)
+        if problem is not None:
+            return Ingest.INVALID, f"report for node {msg.node!r} refused: {problem}"
+        with self.lock:
+            last = self._reports.get(msg.node)
+            if last is not None:
+                if self._streams.get(msg.node) == stream:
+                    if msg.sequence == last.sequence:
+                        return Ingest.DUPLICATE, f"duplicate sequence {msg.sequence} for {msg.node}"
+                    if msg.sequence < last.sequence:
+                        return (
+                            Ingest.OUT_OF_ORDER,
+                            f"sequence {msg.sequence} for {msg.node} is older than {last.sequence}",
+                        )
+                elif msg.timestamp <= last.timestamp:
+                    # Another stream (a reconnected or restarted agent) must bring newer data.
+                    outcome = (
+                        Ingest.DUPLICATE
+                        if msg.sequence == last.sequence and msg.timestamp == last.timestamp
+                        else Ingest.OUT_OF_ORDER
+                    )
+                    return (
+                        outcome,
+                        f"report for {msg.node} from another stream is not newer"
+                        f" (timestamp {msg.timestamp} <= {last.timestamp})",
+                    )
+            self._reports[msg.node] = NodeReport.from_message(msg, now)
+            self._streams[msg.node] = stream
+            self._received[msg.node] = now
+            self._received.move_to_end(msg.node)
+            slot = self._slot_for(msg.node)  # may grow the arrays: index them afterwards
+            self.received_arr[slot] = now
+            self._recompute(msg.node)
+            return Ingest.ACCEPTED, ""
+
+    def report(self, node: str) -> NodeReport | None:
+        return self._reports.get(node)
+
+    def reports(self) -> list[NodeReport]:
+        with self.lock:
+            return list(self._reports.values())
+
+    def forget_older_than(self, now: float, age: float) -> list[str]:
+        """Drop nodes whose last report is older than ``age`` seconds (deleted nodes)."""
+        with self.lock:
+            gone: list[str] = []
+            for node, at in self._received.items():  # oldest first: stop at the first recent one
+                if now - at <= age:
+                    break
+                gone.append(node)
+            for node in gone:
+                del self._reports[node]
+                self._streams.pop(node, None)
+                self._received.pop(node, None)
+                self._recompute(node)
+                slot = self.slot.pop(node)
+                self.received_arr[slot] = -np.inf
+                self._free_slots.append(slot)
+            return gone
+
+    # -- reservations (called by the ledger, under the lock) --------------------------------
+
+    def reserved(self, node: str) -> int:
+        return self._reserved.get(node, 0)
+
+    def reserved_counts(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self._reserved)
+
+    def add_reserved(self, node: str, delta: int) -> None:
+        with self.lock:
+            count = self._reserved.get(node, 0) + delta
+            if count < 0:
+                raise AssertionError(f"reserved count of {node} would go negative")
+            if count:
+                self._reserved[node] = count
+            else:
+                self._reserved.pop(node, None)
+            self._recompute(node)
+
+    # -- verdicts --------------------------------------------------------------------------
+
+    def _slot_for(self, node: str) -> int:
+        slot = self.slot.get(node)
+        if slot is not None:
+            return slot
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            slot = len(self.slot)
+            if slot >= len(self.free_arr):
+                # Grow by doubling; the hot path reads the attributes afresh on every request.
+                grow = len(self.free_arr)
+                self.free_arr = np.concatenate([self.free_arr, np.zeros(grow)])
+                self.failing_arr = np.concatenate([self.failing_arr, np.zeros(grow, dtype=bool)])
+                self.received_arr = np.concatenate([self.received_arr, np.full(grow, -np.inf)])
+        self.slot[node] = slot
+        return slot
+
+    def _recompute(self, node: str) -> None:
+        report = self._reports.get(node)
+        if report is None:
+            self.free.pop(node, None)
+            self.failing.pop(node, None)
+            return
+        reserved = self._reserved.get(node, 0)
+        free = report.avail - reserved
+        threshold = self.thresholds.threshold
+        self.free[node] = free
+        slot = self.slot[node]
+        self.free_arr[slot] = free
+        if free >= threshold:
+            self.failing.pop(node, None)
+            self.failing_arr[slot] = False
+        else:
+            self.failing[node] = (
+                f"carico: avail {fmt(report.avail)} - reserved {reserved} < {fmt(threshold)}"
+            )
+            self.failing_arr[slot] = True
+
+    @property
+    def received(self) -> dict[str, float]:
+        """Node -> when its last report arrived (the table's clock); read-only use."""
+        return self._received
+
+    def is_fresh(self, node: str, now: float) -> bool:
+        received = self._received.get(node)
+        return received is not None and now - received < self.thresholds.stale_after
+
+    def stale_nodes(self, now: float) -> set[str]:
+        """Nodes whose last report is at least ``stale_after`` old (usually none: O(1) then)."""
+        limit = now - self.thresholds.stale_after
+        received = self._received
+        if not received:
+            return set()
+        with self.lock:
+            stale: set[str] = set()
+            for node, at in received.items():
+                if at > limit:
+                    break
+                stale.add(node)
+            return stale
+
+    def nodes(self) -> Iterable[str]:
+        return list(self._reports)

@@ -1,0 +1,255 @@
+"""``carico extender``: the kube-scheduler extender with its capacity stream and reservation ledger.
+
+Starts the gRPC ``CapacityIngest`` server, the HTTP server (extender verbs, JSON API, ops) and the
+pod watch that keeps the reservation ledger; ``--no-kube`` replaces the API server with an
+in-memory cluster (bindings are recorded, nothing else is needed). Every flag has a ``CARICO_*``
+environment equivalent. Neighbours: ``service``, ``http_server``, ``grpc_server``, ``kube``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+
+from carico.cliargs import add_env_argument, env_name, parse_bool
+from carico.logs import add_logging_arguments, configure_logging
+from carico.tls import grpc_server_credentials, server_ssl_context
+from scheduler_ext.cluster import Cluster, InMemoryCluster
+from scheduler_ext.grpc_server import start_grpc
+from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_app, start_http
+from scheduler_ext.ledger import StaleData
+from scheduler_ext.service import ExtenderService, Settings
+
+log = logging.getLogger("scheduler_ext")
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("listening")
+    add_env_argument(net, "--host", default="0.0.0.0", help="HTTP listen address")
+    add_env_argument(net, "--port", type=_port, default=8888, help="HTTP port (0: any free)")
+    add_env_argument(
+        net,
+        "--prefix",
+        default=DEFAULT_PREFIX,
+        help="URL prefix of the extender verbs (kube-scheduler's urlPrefix path)",
+    )
+    add_env_argument(
+        net,
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY,
+        help="largest accepted request body; larger requests get 413",
+    )
+    add_env_argument(net, "--grpc-host", default="0.0.0.0", help="CapacityIngest listen address")
+    add_env_argument(
+        net, "--grpc-port", type=_port, default=9090, help="CapacityIngest port (0: any free)"
+    )
+
+    tls = parser.add_argument_group("TLS")
+    add_env_argument(tls, "--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    add_env_argument(tls, "--tls-key", help="private key of --tls-cert (PEM)")
+    add_env_argument(
+        tls,
+        "--tls-client-ca",
+        help="require HTTPS clients (kube-scheduler's tlsConfig certFile) to present a "
+        "certificate signed by this CA",
+    )
+    add_env_argument(tls, "--grpc-tls-cert", help="serve gRPC over TLS with this certificate")
+    add_env_argument(tls, "--grpc-tls-key", help="private key of --grpc-tls-cert")
+    add_env_argument(
+        tls,
+        "--grpc-tls-client-ca",
+        help="require agent client certificates signed by this CA (mTLS)",
+    )
+
+    rules = parser.add_argument_group("decisions")
+    add_env_argument(
+        rules,
+        "--threshold",
+        type=float,
+        default=1.0,
+        help="a node passes the filter when avail - reserved >= this (pods)",
+    )
+    add_env_argument(
+        rules,
+        "--stale-after",
+        type=_positive,
+        default=10.0,
+        help="seconds without a report after which a node's data is stale",
+    )
+    add_env_argument(
+        rules,
+        "--stale-policy",
+        default=StaleData.FAIL_OPEN.value,
+        choices=[p.value for p in StaleData],
+        help="stale or missing data: fail-open passes the node with score 0, fail-closed fails it",
+    )
+    add_env_argument(
+        rules,
+        "--excluded-namespaces",
+        default="kube-system",
+        help="comma-separated namespaces whose pods pass every decision untouched",
+    )
+    add_env_argument(
+        rules,
+        "--reservation-ttl",
+        type=_positive,
+        default=300.0,
+        help="seconds after which a reservation is dropped if the pod watch said nothing",
+    )
+    add_env_argument(
+        rules,
+        "--forget-after",
+        type=_positive,
+        default=3600.0,
+        help="seconds without a report after which a node is dropped from the table "
+        "(deleted nodes); until then it is only stale",
+    )
+    add_env_argument(
+        rules,
+        "--explain-pods",
+        type=int,
+        default=1024,
+        help="pods whose last decisions /api/v1/explain remembers",
+    )
+
+    kube = parser.add_argument_group("cluster")
+    no_kube_env = env_name("--no-kube")
+    try:
+        no_kube_default = parse_bool(os.environ.get(no_kube_env, "false"))
+    except argparse.ArgumentTypeError as exc:
+        raise SystemExit(f"invalid {no_kube_env}: {exc}") from exc
+    kube.add_argument(
+        "--no-kube",
+        action="store_true",
+        default=no_kube_default,
+        help=f"run without an API server: bindings go to an in-memory cluster (env {no_kube_env})",
+    )
+    add_env_argument(
+        kube, "--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)"
+    )
+    add_env_argument(
+        kube,
+        "--api-workers",
+        type=int,
+        default=16,
+        help="threads (and connections) for API calls such as bindings",
+    )
+    add_logging_arguments(parser)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    namespaces = frozenset(n.strip() for n in args.excluded_namespaces.split(",") if n.strip())
+    return Settings(
+        threshold=args.threshold,
+        stale_after=args.stale_after,
+        stale_policy=StaleData(args.stale_policy),
+        excluded_namespaces=namespaces,
+        reservation_ttl=args.reservation_ttl,
+        forget_after=args.forget_after,
+        explain_pods=args.explain_pods,
+    )
+
+
+def _check_pairs(args: argparse.Namespace) -> str | None:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        return "--tls-cert and --tls-key go together"
+    if bool(args.grpc_tls_cert) != bool(args.grpc_tls_key):
+        return "--grpc-tls-cert and --grpc-tls-key go together"
+    if args.tls_client_ca and not args.tls_cert:
+        return "--tls-client-ca needs --tls-cert and --tls-key"
+    if args.grpc_tls_client_ca and not args.grpc_tls_cert:
+        return "--grpc-tls-client-ca needs --grpc-tls-cert and --grpc-tls-key"
+    if args.max_body_bytes <= 0:
+        return "--max-body-bytes must be positive"
+    return None
+
+
+async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int:
+    if cluster is None:
+        if args.no_kube:
+            cluster = InMemoryCluster()
+        else:
+            from scheduler_ext.kube import KubernetesCluster
+
+            try:
+                cluster = KubernetesCluster(args.kubeconfig, workers=args.api_workers)
+            except Exception as exc:  # the client raises its own ConfigException, files errors...
+                raise ValueError(
+                    f"cannot load Kubernetes credentials ({exc}); "
+                    "give --kubeconfig, run in a pod, or use --no-kube"
+                ) from exc
+    service = ExtenderService(cluster, settings_from(args))
+    ssl_context = (
+        server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
+        if args.tls_cert
+        else None
+    )
+    grpc_creds = (
+        grpc_server_credentials(args.grpc_tls_cert, args.grpc_tls_key, args.grpc_tls_client_ca)
+        if args.grpc_tls_cert
+        else None
+    )
+    grpc_server = await start_grpc(service, f"{args.grpc_host}:{args.grpc_port}", grpc_creds)
+    service.readiness.capacity_listening = True
+    app = build_app(service, prefix=args.prefix, max_body=args.max_body_bytes)
+    http = await start_http(app, args.host, args.port, ssl_context)
+    scheme = "https" if ssl_context else "http"
+    print(
+        f"carico extender: {scheme}://{args.host}:{http.port}{args.prefix.rstrip('/')}"
+        f" · gRPC CapacityIngest on {args.grpc_host}:{grpc_server.port}"
+        f"{' (TLS)' if grpc_creds else ''} · {'in-memory cluster' if args.no_kube else 'kube'}",
+        file=sys.stderr,
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    background = asyncio.create_task(service.run_background(), name="extender-background")
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({background, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if background in done:
+            background.result()
+        return 0
+    finally:
+        for task in (background, stopper):
+            task.cancel()
+        await asyncio.gather(background, stopper, return_exceptions=True)
+        await http.close()
+        await grpc_server.close()
+        await cluster.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level, args.log_format)
+    problem = _check_pairs(args)
+    if problem:
+        print(f"carico extender: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(args))
+    except (ValueError, OSError) as exc:
+        print(f"carico extender: {exc}", file=sys.stderr)
+        return 1

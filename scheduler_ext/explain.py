@@ -1,0 +1,84 @@
+"""The "why" memory: the last filter and prioritize decisions per pod, bounded (DESIGN §4.4).
+
+Each entry keeps the encoded decision (the reply bytes when they are small, a names-only summary
+otherwise), so recording costs nothing beyond what the reply already cost and memory is bounded both
+by the number of pods and by total bytes; the least recently decided pods are dropped first.
+Decoding happens only when someone asks (``GET /api/v1/explain``). Pure: times are passed in.
+Neighbours: ``service`` records, ``http_server`` serves.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    verb: str
+    at: float  # wall-clock time of the decision (unix seconds)
+    body: bytes  # JSON: a FilterResultNames-shaped object or a HostPriority list
+    exempt: str | None
+
+
+class ExplainLog:
+    def __init__(self, max_pods: int = 1024, max_bytes: int = 64 << 20) -> None:
+        self.max_pods = max_pods
+        self.max_bytes = max_bytes
+        self._pods: OrderedDict[str, dict[str, Entry]] = OrderedDict()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
+
+    def record(self, pod: str, verb: str, at: float, body: bytes, exempt: str | None) -> None:
+        if self.max_pods <= 0 or len(body) > self.max_bytes:
+            return
+        entries = self._pods.get(pod)
+        if entries is None:
+            entries = self._pods[pod] = {}
+        else:
+            self._pods.move_to_end(pod)
+            old = entries.get(verb)
+            if old is not None:
+                self._bytes -= len(old.body)
+        entries[verb] = Entry(verb, at, body, exempt)
+        self._bytes += len(body)
+        while len(self._pods) > self.max_pods or self._bytes > self.max_bytes:
+            _, dropped = self._pods.popitem(last=False)
+            self._bytes -= sum(len(e.body) for e in dropped.values())
+
+    def explain(self, pod: str, now: float) -> dict[str, Any] | None:
+        entries = self._pods.get(pod)
+        if entries is None:
+            return None
+        out: dict[str, Any] = {"pod": pod}
+        f = entries.get("filter")
+        if f is not None:
+            body = msgspec.json.decode(f.body)
+            out["filter"] = {
+                "at": f.at,
+                "age_seconds": round(max(0.0, now - f.at), 3),
+                "exempt": f.exempt,
+                "passed": body.get("NodeNames") or [],
+                "failed": body.get("FailedNodes") or {},
+                "unresolvable": body.get("FailedAndUnresolvableNodes") or {},
+            }
+        p = entries.get("prioritize")
+        if p is not None:
+            scores = msgspec.json.decode(p.body)
+            ranked = sorted(scores, key=lambda s: (-s["Score"], s["Host"]))
+            out["prioritize"] = {
+                "at": p.at,
+                "age_seconds": round(max(0.0, now - p.at), 3),
+                "exempt": p.exempt,
+                "scores": {s["Host"]: s["Score"] for s in ranked},
+            }
+        return out

@@ -1,0 +1,189 @@
+"""The extender's HTTP transport (aiohttp): extender verbs, the JSON API and the ops endpoints.
+
+* ``POST <prefix>/filter|prioritize|bind|preempt`` — kube-scheduler's extender v1 calls;
+  an unknown verb is a 404, a body over the limit a 413, an unusable body a 400 whose text says
+  what is wrong (and whose JSON ``Error`` carries the same message).
+* ``GET /api/v1/nodes`` — the capacity table with reservations and data age;
+  ``GET /api/v1/reservations`` — the open reservations;
+  ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod.
+* ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
+
+Neighbours: ``service`` (all the logic), ``cli`` (starts it).
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from carico.http_ops import add_ops_routes
+from scheduler_ext.service import BadRequest, ExtenderService
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PREFIX = "/scheduler"
+DEFAULT_MAX_BODY = 64 << 20  # a full NodeList of 500 sampled nodes is ~10 MB
+JSON = "application/json"
+SYNC_VERBS = ("filter", "prioritize", "preempt")
+
+
+def _error(status: int, message: str) -> web.Response:
+    body = msgspec.json.encode({"Error": message})
+    return web.Response(status=status, body=body, content_type=JSON)
+
+
+def normalise_prefix(prefix: str) -> str:
+    """``scheduler/`` -> ``/scheduler``; ``/`` -> ``""``."""
+    stripped = prefix.strip().strip("/")
+    return f"/{stripped}" if stripped else ""
+
+
+def build_app(
+    service: ExtenderService,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    max_body: int = DEFAULT_MAX_BODY,
+) -> web.Application:
+    app = web.Application(client_max_size=max_body)
+    prefix = normalise_prefix(prefix)
+    latency = service.metrics.latency_of
+
+    def verb_handler(
+        verb: str, call: Callable[[bytes], bytes | Awaitable[bytes]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        observe = latency[verb].observe
+
+        async def handle(request: web.Request) -> web.Response:
+            start = time.perf_counter()
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                service.count_request(verb, "too_large")
+                return _error(413, f"request body larger than the limit of {max_body} bytes")
+            try:
+                result = call(body)
+                reply = result if isinstance(result, bytes) else await result
+            except BadRequest as exc:
+                service.count_request(verb, "bad_request")
+                return _error(400, f"{verb}: {exc}")
+            except Exception:
+                log.exception("%s failed", verb)
+                service.count_request(verb, "error")
+                return _error(500, f"{verb}: internal error (see the extender's log)")
+            finally:
+                observe(time.perf_counter() - start)
+            return web.Response(body=reply, content_type=JSON)
+
+        return handle
+
+    for verb in SYNC_VERBS:
+        app.router.add_post(f"{prefix}/{verb}", verb_handler(verb, getattr(service, verb)))
+    app.router.add_post(f"{prefix}/bind", verb_handler("bind", service.bind))
+
+    async def unknown_verb(request: web.Request) -> web.Response:
+        verb = request.match_info["verb"]
+        return _error(
+            404, f"unknown extender verb {verb!r}: use filter, prioritize, bind or preempt"
+        )
+
+    app.router.add_post(f"{prefix}/{{verb:.*}}", unknown_verb)
+
+    async def nodes(_: web.Request) -> web.Response:
+        return web.Response(body=msgspec.json.encode(nodes_view(service)), content_type=JSON)
+
+    async def reservations(_: web.Request) -> web.Response:
+        now = service.clock()
+        view = [
+            {
+                "pod": r.key,
+                "uid": r.uid,
+                "node": r.node,
+                "age_seconds": round(now - r.created_at, 3),
+            }
+            for r in sorted(service.ledger.reservations(), key=lambda r: r.key)
+        ]
+        return web.Response(body=msgspec.json.encode(view), content_type=JSON)
+
+    async def explain(request: web.Request) -> web.Response:
+        pod = request.query.get("pod", "")
+        if pod.count("/") != 1 or not all(pod.split("/")):
+            return _error(400, "give the pod as ?pod=NAMESPACE/NAME")
+        found = service.explain.explain(pod, service.wall())
+        if found is None:
+            return _error(404, f"no recent decision for pod {pod}")
+        return web.Response(body=msgspec.json.encode(found), content_type=JSON)
+
+    app.router.add_get("/api/v1/nodes", nodes)
+    app.router.add_get("/api/v1/reservations", reservations)
+    app.router.add_get("/api/v1/explain", explain)
+    add_ops_routes(app, service.metrics.registry, service.readiness.reason)
+    return app
+
+
+def nodes_view(service: ExtenderService) -> list[dict[str, Any]]:
+    now = service.clock()
+    table = service.table
+    reserved = table.reserved_counts()
+    reports = {r.node: r for r in table.reports()}
+    view: list[dict[str, Any]] = []
+    for name in sorted(set(reports) | set(reserved)):
+        r = reports.get(name)
+        held = reserved.get(name, 0)
+        if r is None:
+            view.append({"name": name, "reserved": held, "stale": True, "reported": False})
+            continue
+        age = max(0.0, now - r.received_at)
+        view.append(
+            {
+                "name": name,
+                "avail": r.avail,
+                "reserved": held,
+                "free": r.avail - held,
+                "k": r.k,
+                "capacity": r.capacity,
+                "per_pod_cost": r.per_pod_cost,
+                "pods": r.pods,
+                "mode": r.mode,
+                "data_age_seconds": round(age, 3),
+                "stale": age >= table.thresholds.stale_after,
+                "reported": True,
+                "sequence": r.sequence,
+                "health": {
+                    "psi_available": r.psi_available,
+                    "churn_hold": r.churn_hold,
+                    "model_age_seconds": r.model_age_seconds,
+                    "global_model": r.global_model,
+                    "samples_missing": r.samples_missing,
+                },
+            }
+        )
+    return view
+
+
+@dataclass
+class HttpServer:
+    runner: web.AppRunner
+    port: int
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def start_http(
+    app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+) -> HttpServer:
+    """Serve ``app`` on ``host:port`` (0 picks a free port) until ``close()``."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    bound = int(sockets[0].getsockname()[1]) if sockets else port
+    return HttpServer(runner, bound)

@@ -1,0 +1,208 @@
+"""The reservation ledger: one pod-unit held on a node from bind until the pod leaves Pending.
+
+Between a bind and the moment the node's agent counts the new pod, the node's reported avail still
+includes the room that pod will take; without a reservation every pod of a burst would be sent to
+the same node (DESIGN §4.2). ``reserve`` checks the capacity and takes the unit under the table's
+lock, so parallel binds never over-reserve. A reservation ends when the pod watch says the pod left
+Pending on that node (Running, Succeeded, Failed), was deleted or went to another node; when the
+bind fails (undone); or after a TTL as a safety net. On start, and whenever the watch has to relist,
+the ledger is reconciled against the pods that are bound and still Pending.
+
+Pure logic: times are passed in. Neighbours: ``capacity`` (the counts live there, so verdicts see
+them), ``service`` (bind flow), the cluster implementations (pod events).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from scheduler_ext.capacity import CapacityTable, fmt
+from scheduler_ext.pods import ExemptionPolicy, PodFacts
+
+PENDING = "Pending"
+DEFAULT_EXEMPTIONS = ExemptionPolicy()
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    """A pod as the watch or a list reports it."""
+
+    facts: PodFacts
+    node: str  # spec.nodeName ("" when not bound)
+    phase: str
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class Reservation:
+    key: str
+    uid: str
+    node: str
+    created_at: float
+
+
+class Release(enum.Enum):
+    RELEASED = "released"  # the pod left Pending, was deleted or moved
+    EXPIRED = "expired"  # the TTL passed without news of the pod
+    UNDONE = "undone"  # the bind failed
+
+
+class StaleData(enum.Enum):
+    FAIL_OPEN = "fail-open"
+    FAIL_CLOSED = "fail-closed"
+
+
+@dataclass(frozen=True)
+class ReserveResult:
+    ok: bool
+    error: str = ""
+    stale: str = ""  # "stale" or "missing" when the data could not be checked
+
+
+class Ledger:
+    def __init__(
+        self,
+        table: CapacityTable,
+        *,
+        ttl: float = 300.0,
+        exemptions: ExemptionPolicy = DEFAULT_EXEMPTIONS,
+        stale_policy: StaleData = StaleData.FAIL_OPEN,
+    ) -> None:
+        self.table = table
+        self.ttl = ttl
+        self.exemptions = exemptions
+        self.stale_policy = stale_policy
+        self._by_key: dict[str, Reservation] = {}
+        # Lifetime counts by how reservations ended; the service exports them as metrics.
+        self.created = 0
+        self.ended: dict[Release, int] = dict.fromkeys(Release, 0)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> Reservation | None:
+        return self._by_key.get(key)
+
+    def open_count(self) -> int:
+        return len(self._by_key)
+
+    def reservations(self) -> list[Reservation]:
+        with self.table.lock:
+            return list(self._by_key.values())
+
+    # -- bind ------------------------------------------------------------------------------
+
+    def reserve(
+        self, facts: PodFacts, node: str, now: float, *, check: bool = True
+    ) -> ReserveResult:
+        """Hold one pod-unit of ``node`` for the pod, checking capacity first when ``check``.
+
+        Repeating the call for the same pod and node is a no-op; the same pod on another node is
+        refused (the API server would refuse the second binding too); a stale reservation under
+        the same name but another uid (the pod was recreated) is replaced.
+        """
+        with self.table.lock:
+            current = self._by_key.get(facts.key)
+            if current is not None and current.uid == facts.uid:
+                if current.node == node:
+                    return ReserveResult(True)
+                # The API refuses to bind a pod twice; keep the reservation that is real.
+                return ReserveResult(
+                    False, f"carico: pod {facts.key} is already bound to node {current.node}"
+                )
+            stale = ""
+            if check:
+                free = self.table.free.get(node)
+                if free is None or not self.table.is_fresh(node, now):
+                    stale = "missing" if free is None else "stale"
+                    if self.stale_policy is StaleData.FAIL_CLOSED:
+                        return ReserveResult(
+                            False, f"carico: no fresh capacity data for node {node}", stale
+                        )
+                elif free < self.table.thresholds.threshold:
+                    reserved = self.table.reserved(node)
+                    return ReserveResult(
+                        False,
+                        f"carico: avail {fmt(free + reserved)} - reserved {reserved}"
+                        f" < {fmt(self.table.thresholds.threshold)}",
+                    )
+            if current is not None:
+                self._drop(current, Release.RELEASED)
+            self._by_key[facts.key] = Reservation(facts.key, facts.uid, node, now)
+            self.table.add_reserved(node, 1)
+            self.created += 1
+            return ReserveResult(True, stale=stale)
+
+    def undo(self, facts: PodFacts, node: str) -> bool:
+        """Give back the unit taken by ``reserve`` after a failed bind."""
+        with self.table.lock:
+            current = self._by_key.get(facts.key)
+            if current is None or current.node != node or current.uid != facts.uid:
+                return False
+            self._drop(current, Release.UNDONE)
+            return True
+
+    # -- pod lifecycle ---------------------------------------------------------------------
+
+    def observe(self, pod: PodState, now: float) -> Release | None:
+        """Apply one pod event; returns how a reservation ended, if one did."""
+        key = pod.facts.key
+        with self.table.lock:
+            current = self._by_key.get(key)
+            if pod.deleted:
+                if current is not None and (not pod.facts.uid or current.uid == pod.facts.uid):
+                    return self._drop(current, Release.RELEASED)
+                return None
+            if pod.phase != PENDING:
+                if current is not None and current.uid == pod.facts.uid:
+                    return self._drop(current, Release.RELEASED)
+                return None
+            if not pod.node:
+                # Unbound Pending pod: possibly an event older than our bind; nothing to do.
+                return None
+            if current is not None and current.node == pod.node and current.uid == pod.facts.uid:
+                return None
+            # Bound and Pending without (or with a different) reservation: bound by someone else,
+            # by us before a restart, or recreated under the same name. Track it unconditionally.
+            ended = self._drop(current, Release.RELEASED) if current is not None else None
+            if self.exemptions.reason(pod.facts) is None:
+                self._by_key[key] = Reservation(key, pod.facts.uid, pod.node, now)
+                self.table.add_reserved(pod.node, 1)
+                self.created += 1
+            return ended
+
+    def reconcile(self, pods: Iterable[PodState], now: float) -> None:
+        """Make the ledger match a fresh list of the pods that are bound and Pending."""
+        with self.table.lock:
+            wanted = {
+                p.facts.key: p
+                for p in pods
+                if p.phase == PENDING
+                and p.node
+                and not p.deleted
+                and self.exemptions.reason(p.facts) is None
+            }
+            for key, res in list(self._by_key.items()):
+                pod = wanted.get(key)
+                if pod is None or pod.node != res.node or pod.facts.uid != res.uid:
+                    self._drop(res, Release.RELEASED)
+            for key, pod in wanted.items():
+                if key not in self._by_key:
+                    self._by_key[key] = Reservation(key, pod.facts.uid, pod.node, now)
+                    self.table.add_reserved(pod.node, 1)
+                    self.created += 1
+
+    def expire(self, now: float) -> list[Reservation]:
+        """End the reservations older than the TTL (the watch missed the pod's fate)."""
+        with self.table.lock:
+            old = [r for r in self._by_key.values() if now - r.created_at >= self.ttl]
+            for res in old:
+                self._drop(res, Release.EXPIRED)
+            return old
+
+    def _drop(self, res: Reservation, how: Release) -> Release:
+        del self._by_key[res.key]
+        self.table.add_reserved(res.node, -1)
+        self.ended[how] += 1
+        return how

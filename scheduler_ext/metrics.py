@@ -1,0 +1,133 @@
+"""Prometheus metrics of the extender, all named ``carico_extender_*`` (DESIGN §4.4).
+
+Counters and histograms are updated on the request path once per request (never once per node);
+per-node values and the reservation ledger are read at scrape time by a collector, so a node that
+disappears also disappears from ``/metrics`` and the hot path pays nothing for them.
+Neighbours: ``service`` (updates), ``http_server`` (serves ``/metrics`` via carico.http_ops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from scheduler_ext.capacity import CapacityTable
+from scheduler_ext.ledger import Ledger
+
+VERBS = ("filter", "prioritize", "bind", "preempt")
+# Extender calls are sub-millisecond to tens of milliseconds; kube-scheduler gives up at 5 s.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+)
+
+
+class _StateCollector(Collector):
+    def __init__(self, table: CapacityTable, ledger: Ledger, clock: Callable[[], float]) -> None:
+        self.table, self.ledger, self.clock = table, ledger, clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        now = self.clock()
+        reports = self.table.reports()
+        reserved = self.table.reserved_counts()
+        per_node = {
+            "avail": ("avail reported by the node's agent, in pods", lambda r: r.avail),
+            "k": ("capacity signal k: typical workloads that still fit", lambda r: r.k),
+            "capacity": ("estimated signal of the empty node (c-hat)", lambda r: r.capacity),
+            "per_pod_cost": ("estimated signal one pod costs (p-hat)", lambda r: r.per_pod_cost),
+            "pods": ("workload pods the agent counts on the node", lambda r: r.pods),
+            "data_age_seconds": (
+                "seconds since the node's last accepted report",
+                lambda r: max(0.0, now - r.received_at),
+            ),
+        }
+        for name, (doc, value) in per_node.items():
+            family = GaugeMetricFamily(f"carico_extender_node_{name}", doc, labels=["node"])
+            for r in reports:
+                family.add_metric([r.node], float(value(r)))
+            yield family
+        res = GaugeMetricFamily(
+            "carico_extender_node_reserved", "pod-units reserved on the node", labels=["node"]
+        )
+        for node in sorted(set(reserved) | {r.node for r in reports}):
+            res.add_metric([node], float(reserved.get(node, 0)))
+        yield res
+        yield GaugeMetricFamily(
+            "carico_extender_reservations_open",
+            "reservations held (bound pods not yet out of Pending)",
+            value=float(self.ledger.open_count()),
+        )
+        ended = CounterMetricFamily(
+            "carico_extender_reservations",
+            "reservations by how they came and went: created, released, expired, undone",
+            labels=["event"],
+        )
+        ended.add_metric(["created"], float(self.ledger.created))
+        for how, count in self.ledger.ended.items():
+            ended.add_metric([how.value], float(count))
+        yield ended
+
+
+class ExtenderMetrics:
+    def __init__(
+        self,
+        table: CapacityTable,
+        ledger: Ledger,
+        clock: Callable[[], float],
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "carico_extender_requests",
+            "extender requests by verb and outcome (ok, exempt, bad_request, too_large, error)",
+            ["verb", "outcome"],
+            registry=r,
+        )
+        self.node_decisions = Counter(
+            "carico_extender_decisions",
+            "per-node decisions by verb and outcome (filter: pass/fail/unresolvable; "
+            "prioritize: scored; preempt: kept/dropped; bind: reserved/refused/bound/failed)",
+            ["verb", "outcome"],
+            registry=r,
+        )
+        self.stale = Counter(
+            "carico_extender_stale_data_decisions",
+            "node decisions made by the stale-data policy, by verb, reason (stale, missing) "
+            "and policy",
+            ["verb", "reason", "policy"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "carico_extender_request_duration_seconds",
+            "time to answer an extender request, by verb",
+            ["verb"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.reports = Counter(
+            "carico_extender_reports",
+            "capacity reports by outcome (accepted, duplicate, out_of_order, invalid)",
+            ["outcome"],
+            registry=r,
+        )
+        self.streams = Gauge(
+            "carico_extender_capacity_streams", "open agent report streams", registry=r
+        )
+        r.register(_StateCollector(table, ledger, clock))
+        # Children bound once: labels() costs a lock and a dict lookup per call.
+        self.latency_of = {v: self.latency.labels(v) for v in VERBS}

@@ -1,0 +1,319 @@
+"""The extender service: decodes extender v1 requests, decides, reserves, binds and records why.
+
+One object holds the capacity table, the ledger, the decider, the explain log, the metrics and the
+cluster interface (Kubernetes or in-memory) — the same object whatever the transport, so the demo
+and the simulator run exactly the production decisions. Each verb takes the raw request body and
+returns the encoded reply; a ``BadRequest`` means the body was unusable and nothing reached the
+state. Neighbours: ``http_server`` (HTTP), ``grpc_server`` (capacity reports), ``cli``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+import msgspec
+
+from protos.carico.v1 import capacity_pb2
+from scheduler_ext import wire
+from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
+from scheduler_ext.cluster import BindError, Cluster
+from scheduler_ext.decisions import Decider
+from scheduler_ext.explain import ExplainLog
+from scheduler_ext.ledger import Ledger, PodState, StaleData
+from scheduler_ext.metrics import ExtenderMetrics
+from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
+
+log = logging.getLogger(__name__)
+
+RECENT_PODS = 10_000  # pods remembered from filter calls, so bind knows whether one is exempt
+
+
+class BadRequest(Exception):
+    """The request body cannot be used; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    threshold: float = 1.0
+    stale_after: float = 10.0
+    stale_policy: StaleData = StaleData.FAIL_OPEN
+    excluded_namespaces: frozenset[str] = frozenset({"kube-system"})
+    reservation_ttl: float = 300.0
+    forget_after: float = 3600.0  # nodes silent this long are dropped (deleted nodes)
+    explain_pods: int = 1024
+    explain_bytes: int = 64 << 20
+
+
+def _decode(decoder: Callable[[bytes], object], body: bytes) -> object:
+    try:
+        return decoder(body)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"request does not match the extender v1 types: {exc}") from exc
+    except msgspec.DecodeError as exc:
+        raise BadRequest(f"malformed JSON: {exc}") from exc
+
+
+@dataclass
+class Readiness:
+    ledger_rebuilt: bool = False
+    capacity_listening: bool = False
+    watch_lists: int = field(default=0)
+
+    def reason(self) -> str | None:
+        missing = [
+            what
+            for what, ok in (
+                ("reservation ledger not rebuilt from the API yet", self.ledger_rebuilt),
+                ("capacity stream not listening yet", self.capacity_listening),
+            )
+            if not ok
+        ]
+        return "; ".join(missing) or None
+
+
+class ExtenderService:
+    def __init__(
+        self,
+        cluster: Cluster,
+        settings: Settings = Settings(),
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.cluster = cluster
+        self.clock = clock
+        self.wall = wall
+        self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
+        exemptions = ExemptionPolicy(settings.excluded_namespaces)
+        self.ledger = Ledger(
+            self.table,
+            ttl=settings.reservation_ttl,
+            exemptions=exemptions,
+            stale_policy=settings.stale_policy,
+        )
+        self.decider = Decider(self.table, exemptions, settings.stale_policy)
+        self.explain = ExplainLog(settings.explain_pods, settings.explain_bytes)
+        self.metrics = ExtenderMetrics(self.table, self.ledger, clock)
+        self.readiness = Readiness()
+        self._recent: OrderedDict[str, PodFacts] = OrderedDict()
+        self._policy = settings.stale_policy.value
+        m = self.metrics
+        self._count = {
+            (verb, outcome): m.requests.labels(verb, outcome)
+            for verb in ("filter", "prioritize", "bind", "preempt")
+            for outcome in ("ok", "exempt", "bad_request", "too_large", "error")
+        }
+        self._node_count = {
+            (verb, outcome): m.node_decisions.labels(verb, outcome)
+            for verb, outcome in (
+                ("filter", "pass"),
+                ("filter", "fail"),
+                ("filter", "unresolvable"),
+                ("prioritize", "scored"),
+                ("preempt", "kept"),
+                ("preempt", "dropped"),
+                ("bind", "reserved"),
+                ("bind", "refused"),
+                ("bind", "bound"),
+                ("bind", "failed"),
+            )
+        }
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def count_request(self, verb: str, outcome: str) -> None:
+        self._count[verb, outcome].inc()
+
+    def _stale(self, verb: str, stale: int, missing: int) -> None:
+        if stale:
+            self.metrics.stale.labels(verb, "stale", self._policy).inc(stale)
+        if missing:
+            self.metrics.stale.labels(verb, "missing", self._policy).inc(missing)
+
+    def _remember(self, facts: PodFacts) -> None:
+        recent = self._recent
+        recent[facts.key] = facts
+        recent.move_to_end(facts.key)
+        if len(recent) > RECENT_PODS:
+            recent.popitem(last=False)
+
+    def _args(self, body: bytes) -> tuple[PodFacts, list[str], bool]:
+        args = _decode(wire.decode_args, body)
+        assert isinstance(args, wire.ExtenderArgs)
+        if args.Pod is None:
+            raise BadRequest("missing Pod: the body must be an ExtenderArgs object with a Pod")
+        facts = facts_from_wire(args.Pod)
+        if not facts.name:
+            raise BadRequest("Pod has no metadata.name")
+        if args.NodeNames is not None:
+            return facts, args.NodeNames, True
+        if args.Nodes is not None:
+            names = [item.metadata.name if item.metadata else "" for item in args.Nodes.items or ()]
+            return facts, names, False
+        raise BadRequest("neither Nodes nor NodeNames is set")
+
+    # -- verbs -----------------------------------------------------------------------------
+
+    def filter(self, body: bytes) -> bytes:
+        facts, names, cache_capable = self._args(body)
+        self._remember(facts)
+        d = self.decider.filter(facts, names, self.clock())
+        if cache_capable:
+            reply = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
+            summary = reply
+        else:
+            raw_list: wire.RawNodeList | msgspec.Raw
+            if len(d.passed) == len(names):
+                whole = _decode(wire.decode_nodes_whole, body)
+                assert isinstance(whole, wire.NodesWhole)
+                raw_list = whole.Nodes
+            else:
+                raws = _decode(wire.decode_nodes_raw, body)
+                assert isinstance(raws, wire.NodesRawOnly) and raws.Nodes is not None
+                keep = set(d.passed)
+                raw_list = wire.RawNodeList(
+                    [
+                        raw
+                        for name, raw in zip(names, raws.Nodes.items or (), strict=True)
+                        if name in keep
+                    ]
+                )
+            reply = wire.encode(wire.FilterResultNodes(raw_list, d.failed, d.unresolvable))
+            summary = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
+        self.explain.record(facts.key, "filter", self.wall(), summary, d.exempt)
+        self.count_request("filter", "exempt" if d.exempt else "ok")
+        if d.exempt is None:
+            nc = self._node_count
+            nc["filter", "pass"].inc(len(d.passed))
+            if d.failed:
+                nc["filter", "fail"].inc(len(d.failed))
+            if d.unresolvable:
+                nc["filter", "unresolvable"].inc(len(d.unresolvable))
+            if d.stale or d.missing:
+                self._stale("filter", d.stale, d.missing)
+        return reply
+
+    def prioritize(self, body: bytes) -> bytes:
+        facts, names, _ = self._args(body)
+        self._remember(facts)
+        d = self.decider.prioritize(facts, names, self.clock())
+        reply = wire.encode(d.scores)
+        self.explain.record(facts.key, "prioritize", self.wall(), reply, d.exempt)
+        self.count_request("prioritize", "exempt" if d.exempt else "ok")
+        if d.exempt is None:
+            self._node_count["prioritize", "scored"].inc(len(names))
+            if d.stale or d.missing:
+                self._stale("prioritize", d.stale, d.missing)
+        return reply
+
+    def preempt(self, body: bytes) -> bytes:
+        args = _decode(wire.decode_preemption, body)
+        assert isinstance(args, wire.ExtenderPreemptionArgs)
+        if args.Pod is None:
+            raise BadRequest("missing Pod: the body must be an ExtenderPreemptionArgs with a Pod")
+        facts = facts_from_wire(args.Pod)
+        victims: dict[str, wire.MetaVictims] = {}
+        if args.NodeNameToMetaVictims is not None:
+            victims = {
+                node: v if v is not None else wire.MetaVictims([])
+                for node, v in args.NodeNameToMetaVictims.items()
+            }
+        elif args.NodeNameToVictims is not None:
+            for node, full in args.NodeNameToVictims.items():
+                full = full or wire.Victims()
+                victims[node] = wire.MetaVictims(
+                    [
+                        wire.MetaPod(p.metadata.uid if p is not None and p.metadata else "")
+                        for p in full.Pods or ()
+                    ],
+                    full.NumPDBViolations,
+                )
+        d = self.decider.preempt(facts, victims, self.clock())
+        self.count_request("preempt", "exempt" if d.exempt else "ok")
+        if d.exempt is None:
+            self._node_count["preempt", "kept"].inc(len(d.kept))
+            self._node_count["preempt", "dropped"].inc(len(d.dropped))
+            self._stale("preempt", d.stale, d.missing)
+        return wire.encode(wire.PreemptionResult(d.kept))
+
+    async def bind(self, body: bytes) -> bytes:
+        args = _decode(wire.decode_binding, body)
+        assert isinstance(args, wire.ExtenderBindingArgs)
+        missing = [k for k in ("PodName", "PodNamespace", "Node") if not getattr(args, k)]
+        if missing:
+            raise BadRequest(f"binding args lack {', '.join(missing)}")
+        key = f"{args.PodNamespace}/{args.PodName}"
+        known = self._recent.get(key)
+        facts = (
+            known
+            if known is not None and (not args.PodUID or known.uid == args.PodUID)
+            else PodFacts(args.PodNamespace, args.PodName, args.PodUID)
+        )
+        exempt = self.ledger.exemptions.reason(facts)
+        nc = self._node_count
+        if exempt is None:
+            result = self.ledger.reserve(facts, args.Node, self.clock())
+            if result.stale:
+                self._stale("bind", int(result.stale == "stale"), int(result.stale == "missing"))
+            if not result.ok:
+                nc["bind", "refused"].inc()
+                self.count_request("bind", "ok")
+                return wire.encode(wire.BindingResult(result.error))
+            nc["bind", "reserved"].inc()
+        try:
+            await self.cluster.bind(facts, args.Node)
+        except Exception as exc:
+            # Any failure, expected or not, must give the unit back and reach the scheduler.
+            if exempt is None:
+                self.ledger.undo(facts, args.Node)
+            if not isinstance(exc, BindError):
+                log.exception("binding %s to %s failed unexpectedly", key, args.Node)
+            nc["bind", "failed"].inc()
+            self.count_request("bind", "error")
+            return wire.encode(wire.BindingResult(str(exc) or type(exc).__name__))
+        nc["bind", "bound"].inc()
+        self.count_request("bind", "exempt" if exempt else "ok")
+        return wire.encode(wire.BindingResult(""))
+
+    # -- capacity reports and pod events ---------------------------------------------------
+
+    def ingest(self, msg: capacity_pb2.NodeCapacity, stream: Hashable) -> tuple[Ingest, str]:
+        outcome, why = self.table.ingest(msg, stream, self.clock())
+        self.metrics.reports.labels(outcome.value).inc()
+        return outcome, why
+
+    def on_pod_list(self, pods: list[PodState]) -> None:
+        self.ledger.reconcile(pods, self.clock())
+        self.readiness.ledger_rebuilt = True
+        self.readiness.watch_lists += 1
+
+    def on_pod_event(self, pod: PodState) -> None:
+        self.ledger.observe(pod, self.clock())
+
+    def sweep(self) -> None:
+        now = self.clock()
+        expired = self.ledger.expire(now)
+        for res in expired:
+            log.warning("reservation of %s on %s expired", res.key, res.node)
+        self.table.forget_older_than(now, self.settings.forget_after)
+
+    async def run_background(self, sweep_every: float = 1.0) -> None:
+        """The pod watch and the periodic sweep; runs until cancelled."""
+        watch = asyncio.create_task(
+            self.cluster.run_pod_watch(self.on_pod_list, self.on_pod_event), name="pod-watch"
+        )
+        try:
+            while True:
+                await asyncio.sleep(sweep_every)
+                self.sweep()
+                if watch.done():
+                    watch.result()  # re-raise a crashed watch instead of serving blind
+        finally:
+            watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)

@@ -1,0 +1,83 @@
+"""Reservations over real HTTP: taken by bind, released by pod events, expired, rebuilt, raced."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from scheduler_ext.cluster import InMemoryCluster
+from scheduler_ext.pods import PodFacts
+from scheduler_ext.service import Settings
+
+from .conftest import Extender, MakeExtender
+
+
+def _bind(pod: str, node: str, uid: str = "") -> bytes:
+    args = {"PodName": pod, "PodNamespace": "shop", "PodUID": uid or f"uid-{pod}", "Node": node}
+    return json.dumps(args).encode()
+
+
+async def test_released_when_running_or_deleted(extender: Extender) -> None:
+    extender.feed("n1", 10.0)
+    for pod in ("a", "b", "c"):
+        assert (await extender.post("bind", _bind(pod, "n1")))[1] == {"Error": ""}
+    assert extender.service.table.reserved("n1") == 3
+    extender.cluster.set_phase("shop/a", "Running")
+    extender.cluster.set_phase("shop/b", "Failed")
+    assert extender.service.table.reserved("n1") == 1
+    extender.cluster.delete_pod("shop/c")
+    assert extender.service.table.reserved("n1") == 0
+    _, reservations = await extender.get("/api/v1/reservations")
+    assert reservations == []
+    assert extender.service.ledger.ended[next(iter(extender.service.ledger.ended))] == 3
+
+
+async def test_expire_after_ttl_with_the_injected_clock(make_extender: MakeExtender) -> None:
+    ext: Extender = await make_extender(Settings(reservation_ttl=60))
+    ext.feed("n1", 10.0, timestamp=1.7e9)
+    await ext.post("bind", _bind("slow", "n1"))
+    ext.clock.advance(59)
+    ext.service.sweep()
+    assert ext.service.table.reserved("n1") == 1
+    ext.clock.advance(1)
+    ext.service.sweep()
+    assert ext.service.table.reserved("n1") == 0
+    _, metrics = await ext.get("/metrics")
+    assert 'carico_extender_reservations_total{event="expired"} 1.0' in metrics
+    assert 'carico_extender_reservations_total{event="created"} 1.0' in metrics
+
+
+async def test_rebuilt_from_the_cluster_on_start(make_extender: MakeExtender) -> None:
+    cluster = InMemoryCluster()
+    cluster.add_pod(PodFacts("shop", "bound-1", "u1"), node="n1")
+    cluster.add_pod(PodFacts("shop", "bound-2", "u2"), node="n1")
+    cluster.add_pod(PodFacts("shop", "running", "u3"), node="n1", phase="Running")
+    cluster.add_pod(PodFacts("shop", "unbound", "u4"))
+    cluster.add_pod(PodFacts("kube-system", "proxy", "u5"), node="n1")  # exempt
+    ext: Extender = await make_extender(cluster=cluster)
+    assert ext.service.readiness.ledger_rebuilt
+    assert ext.service.table.reserved("n1") == 2
+    _, reservations = await ext.get("/api/v1/reservations")
+    assert [r["pod"] for r in reservations] == ["shop/bound-1", "shop/bound-2"]
+
+
+async def test_parallel_binds_never_over_reserve(make_extender: MakeExtender) -> None:
+    # The cluster takes 20 ms per binding, so all requests are in flight together.
+    ext: Extender = await make_extender(cluster=InMemoryCluster(bind_delay=0.02))
+    avail = {"n1": 3.0, "n2": 5.5, "n3": 0.5, "n4": 1.0}
+    for node, value in avail.items():
+        ext.feed(node, value)
+    requests = [
+        ext.post("bind", _bind(f"p{i}-{node}", node)) for i in range(60) for node in sorted(avail)
+    ]
+    replies = await asyncio.gather(*requests)
+    assert all(status == 200 for status, _ in replies)
+    bound: dict[str, int] = {}
+    for b in ext.cluster.bindings:
+        bound[b.node] = bound.get(b.node, 0) + 1
+    # avail - reserved >= 1 allows floor(avail - 1) + 1 reservations per node.
+    assert bound == {"n1": 3, "n2": 5, "n4": 1}
+    assert ext.service.table.reserved_counts() == bound
+    refused = [body["Error"] for _, body in replies if body["Error"]]
+    assert len(refused) == 240 - 9
+    assert all(e.startswith("carico: avail ") for e in refused)

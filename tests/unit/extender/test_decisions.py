@@ -1,0 +1,180 @@
+"""Filter, prioritize and preempt rules, exemptions and the stale-data policy (DESIGN §4.2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler_ext.capacity import CapacityTable, Thresholds
+from scheduler_ext.decisions import Decider
+from scheduler_ext.ledger import StaleData
+from scheduler_ext.pods import ExemptionPolicy, PodFacts
+from scheduler_ext.wire import HostPriority, MetaPod, MetaVictims
+
+from .conftest import MakeReport
+
+POD = PodFacts("shop", "web-1", "u1", owner_kinds=("ReplicaSet",))
+
+
+def _decider(
+    make_report: MakeReport,
+    avails: dict[str, float],
+    *,
+    policy: StaleData = StaleData.FAIL_OPEN,
+    threshold: float = 1.0,
+    namespaces: frozenset[str] = frozenset({"kube-system"}),
+) -> Decider:
+    table = CapacityTable(Thresholds(threshold=threshold, stale_after=10.0))
+    for node, avail in avails.items():
+        table.ingest(make_report(node, avail), "s", now=0.0)
+    return Decider(table, ExemptionPolicy(namespaces), policy)
+
+
+def test_filter_threshold_boundary_and_reasons(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"a": 1.0, "b": 0.99, "c": 7.0})
+    result = d.filter(POD, ["c", "b", "a"], now=1.0)
+    assert result.passed == ["c", "a"]  # input order kept
+    assert result.failed == {"b": "carico: avail 0.99 - reserved 0 < 1"}
+    assert result.unresolvable == {} and result.exempt is None
+    d.table.add_reserved("c", 6)
+    assert d.filter(POD, ["c"], now=1.0).passed == ["c"]  # 7 - 6 = 1 still fits one pod
+    d.table.add_reserved("c", 1)
+    assert d.filter(POD, ["c"], now=1.0).failed == {"c": "carico: avail 7 - reserved 7 < 1"}
+
+
+def test_filter_with_a_higher_threshold(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"a": 2.0, "b": 3.0}, threshold=3.0)
+    assert d.filter(POD, ["a", "b"], now=1.0).passed == ["b"]
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason"),
+    [
+        (PodFacts("mon", "agent", owner_kinds=("DaemonSet",)), "owned by a DaemonSet"),
+        (PodFacts("infra", "etcd-n1", mirror=True), "static (mirror) pod"),
+        (
+            PodFacts("apps", "dns", priority_class="system-node-critical"),
+            "priority class system-node-critical",
+        ),
+        (
+            PodFacts("apps", "dns", priority_class="system-cluster-critical"),
+            "priority class system-cluster-critical",
+        ),
+        (PodFacts("kube-system", "proxy"), "namespace kube-system is excluded"),
+        (PodFacts("batch", "job-1"), "namespace batch is excluded"),
+    ],
+)
+def test_exempt_pods_pass_untouched(make_report: MakeReport, pod: PodFacts, reason: str) -> None:
+    d = _decider(make_report, {"full": 0.0}, namespaces=frozenset({"kube-system", "batch"}))
+    result = d.filter(pod, ["full", "nodata"], now=1.0)
+    assert result.exempt == reason
+    assert result.passed == ["full", "nodata"] and result.failed == {}
+    scores = d.prioritize(pod, ["full"], now=1.0)
+    assert scores.exempt == reason and scores.scores == [HostPriority("full", 0)]
+    victims = {"full": MetaVictims([MetaPod("v")]), "none": MetaVictims([], 0)}
+    assert d.preempt(pod, victims, now=1.0).kept == {"full": victims["full"]}
+
+
+def test_ordinary_pods_are_not_exempt() -> None:
+    policy = ExemptionPolicy()
+    assert policy.reason(POD) is None
+    assert policy.reason(PodFacts("shop", "x", priority_class="high")) is None
+
+
+def test_stale_and_missing_fail_open(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"old": 0.0})
+    d.table.ingest(make_report("new", 0.2), "s", now=15.0)
+    result = d.filter(POD, ["old", "new", "none"], now=15.0)
+    # The stale node passes despite its failing old data; the fresh failing one fails.
+    assert result.passed == ["old", "none"]
+    assert result.failed == {"new": "carico: avail 0.2 - reserved 0 < 1"}
+    assert (result.stale, result.missing) == (1, 1)
+
+
+def test_stale_and_missing_fail_closed(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"old": 5.0}, policy=StaleData.FAIL_CLOSED)
+    d.table.ingest(make_report("new", 5.0), "s", now=15.0)
+    result = d.filter(POD, ["old", "new", "none"], now=15.0)
+    assert result.passed == ["new"]
+    assert result.unresolvable == {
+        "old": "carico: capacity data of node old is 15s old (stale after 10s)",
+        "none": "carico: no capacity report for node none",
+    }
+    assert result.failed == {}
+
+
+def test_prioritize_scales_to_the_best_candidate(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"a": 8.0, "b": 4.0, "c": 1.0, "d": 0.5, "e": 0.0})
+    d.table.add_reserved("d", 1)  # free -0.5 clamps to 0
+    result = d.prioritize(POD, ["a", "b", "c", "d", "e", "none"], now=1.0)
+    assert [(s.Host, s.Score) for s in result.scores] == [
+        ("a", 10),
+        ("b", 5),
+        ("c", 1),  # 1.25 rounds to 1
+        ("d", 0),
+        ("e", 0),
+        ("none", 0),
+    ]
+    assert result.missing == 1
+    # The best among the candidates, not the cluster: b alone scores 10.
+    assert d.prioritize(POD, ["b", "c"], now=1.0).scores == [
+        HostPriority("b", 10),
+        HostPriority("c", 3),  # 2.5 rounds half up
+    ]
+
+
+def test_prioritize_stale_scores_zero_and_no_room_scores_zero(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"old": 9.0})
+    d.table.ingest(make_report("new", 3.0), "s", now=15.0)
+    result = d.prioritize(POD, ["old", "new"], now=15.0)
+    assert result.scores == [HostPriority("old", 0), HostPriority("new", 10)]
+    assert result.stale == 1
+    empty = _decider(make_report, {"x": 0.0, "y": 0.0})
+    assert [s.Score for s in empty.prioritize(POD, ["x", "y"], now=1.0).scores] == [0, 0]
+    assert empty.prioritize(POD, [], now=1.0).scores == []
+
+
+def test_preempt_counts_one_unit_per_victim(make_report: MakeReport) -> None:
+    d = _decider(make_report, {"a": 0.0, "b": 0.3, "c": 0.0})
+    d.table.add_reserved("c", 2)  # free -2
+    victims = {
+        "a": MetaVictims([MetaPod("v1")], NumPDBViolations=1),
+        "b": MetaVictims([]),
+        "c": MetaVictims([MetaPod("v2"), MetaPod("v3")]),
+    }
+    result = d.preempt(POD, victims, now=1.0)
+    assert result.kept == {"a": victims["a"]}  # passed back unchanged
+    assert result.dropped == {
+        "b": "carico: no victims given for this node",
+        "c": "carico: avail - reserved -2 + 2 victim(s) < 1",
+    }
+
+
+def test_preempt_follows_the_stale_policy(make_report: MakeReport) -> None:
+    victims = {"none": MetaVictims([MetaPod("v")])}
+    open_ = _decider(make_report, {})
+    assert open_.preempt(POD, victims, now=1.0).kept == victims
+    closed = _decider(make_report, {}, policy=StaleData.FAIL_CLOSED)
+    result = closed.preempt(POD, victims, now=1.0)
+    assert result.kept == {} and "no capacity report" in result.dropped["none"]
+
+
+@pytest.mark.parametrize("policy", list(StaleData))
+def test_loop_and_vectorised_paths_agree(make_report: MakeReport, policy: StaleData) -> None:
+    import random
+
+    rng = random.Random(11)  # seeded: the same mixed table every run
+    table = CapacityTable(Thresholds(threshold=1.0, stale_after=10.0))
+    names = [f"n{i}" for i in range(600)]
+    for name in names[:500]:  # n500..n599 never report
+        received = rng.choice([0.0, 12.0])  # at now=15: stale or fresh
+        table.ingest(make_report(name, rng.uniform(0, 4)), "s", now=received)
+        table.add_reserved(name, rng.choice([0, 0, 1, 2]))
+    d = Decider(table, ExemptionPolicy(), policy)
+    for _ in range(20):
+        sample = rng.sample(names, 300)
+        assert d._filter_small(sample, 15.0) == d._filter_vector(sample, 15.0)
+        assert d._prioritize_small(sample, 15.0) == d._prioritize_vector(sample, 15.0)
+    # The public entry points pick a path by size and give the same answers.
+    few = names[490:510]
+    assert d.filter(POD, few, 15.0) == d._filter_vector(few, 15.0)
+    assert d.prioritize(POD, few, 15.0) == d._prioritize_vector(few, 15.0)

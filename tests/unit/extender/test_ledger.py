@@ -1,0 +1,118 @@
+"""The reservation ledger's lifecycle with an injected clock."""
+
+from __future__ import annotations
+
+from scheduler_ext.capacity import CapacityTable, Thresholds
+from scheduler_ext.ledger import Ledger, PodState, Release, StaleData
+from scheduler_ext.pods import PodFacts
+
+from .conftest import MakeReport
+
+
+def _ledger(make_report: MakeReport, policy: StaleData = StaleData.FAIL_OPEN) -> Ledger:
+    table = CapacityTable(Thresholds(stale_after=10.0))
+    table.ingest(make_report("n1", 2.5), "s", now=0.0)
+    table.ingest(make_report("n2", 5.0), "s", now=0.0)
+    return Ledger(table, ttl=60.0, stale_policy=policy)
+
+
+def pod(name: str, uid: str = "", **kw: object) -> PodFacts:
+    return PodFacts("shop", name, uid or f"uid-{name}", **kw)  # type: ignore[arg-type]
+
+
+def test_reserve_checks_capacity_and_is_idempotent(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    assert ledger.reserve(pod("a"), "n1", 1.0).ok
+    assert ledger.reserve(pod("a"), "n1", 2.0).ok  # the same again: no second unit
+    assert ledger.table.reserved("n1") == 1
+    assert ledger.reserve(pod("b"), "n1", 1.0).ok  # 2.5 - 1 >= 1
+    refused = ledger.reserve(pod("c"), "n1", 1.0)
+    assert not refused.ok and refused.error == "carico: avail 2.5 - reserved 2 < 1"
+    moved = ledger.reserve(pod("a"), "n2", 1.0)
+    assert not moved.ok and "already bound to node n1" in moved.error
+    assert ledger.table.reserved_counts() == {"n1": 2}
+    assert ledger.reserve(pod("c"), "n1", 1.0, check=False).ok  # forced (rebuild path)
+    assert ledger.created == 3
+
+
+def test_undo_gives_the_unit_back(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("a"), "n1", 1.0)
+    assert not ledger.undo(pod("a"), "n2")
+    assert not ledger.undo(pod("a", uid="other"), "n1")
+    assert ledger.undo(pod("a"), "n1")
+    assert ledger.table.reserved("n1") == 0 and ledger.ended[Release.UNDONE] == 1
+
+
+def test_stale_data_at_bind(make_report: MakeReport) -> None:
+    open_ = _ledger(make_report)
+    result = open_.reserve(pod("a"), "n1", 30.0)
+    assert result.ok and result.stale == "stale"
+    assert open_.reserve(pod("b"), "ghost", 1.0).stale == "missing"
+    closed = _ledger(make_report, StaleData.FAIL_CLOSED)
+    refused = closed.reserve(pod("a"), "n1", 30.0)
+    assert not refused.ok and "no fresh capacity data for node n1" in refused.error
+
+
+def test_released_when_the_pod_leaves_pending(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    for name in ("a", "b", "c", "d", "e"):
+        ledger.reserve(pod(name), "n2", 1.0)
+    # An old event (Pending, not yet bound) changes nothing.
+    assert ledger.observe(PodState(pod("a"), "", "Pending"), 2.0) is None
+    assert ledger.observe(PodState(pod("a"), "n2", "Pending"), 2.0) is None
+    assert ledger.observe(PodState(pod("a"), "n2", "Running"), 2.0) is Release.RELEASED
+    assert ledger.observe(PodState(pod("b"), "n2", "Succeeded"), 2.0) is Release.RELEASED
+    assert ledger.observe(PodState(pod("c"), "n2", "Failed"), 2.0) is Release.RELEASED
+    assert ledger.observe(PodState(pod("d"), "n2", "Pending", deleted=True), 2.0)
+    # A deletion of another pod with the same name (other uid) leaves e's reservation alone.
+    assert ledger.observe(PodState(pod("e", uid="old"), "n2", "Pending", deleted=True), 2.0) is None
+    assert [r.key for r in ledger.reservations()] == ["shop/e"]
+    assert ledger.table.reserved("n2") == 1
+
+
+def test_pods_bound_elsewhere_are_tracked(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    # Bound by another binder: reserve it without a check (it is already there).
+    assert ledger.observe(PodState(pod("x"), "n1", "Pending"), 1.0) is None
+    assert ledger.table.reserved("n1") == 1
+    # Recreated under the same name on another node: the old one goes, the new one counts.
+    assert ledger.observe(PodState(pod("x", uid="new"), "n2", "Pending"), 1.0) is Release.RELEASED
+    assert ledger.table.reserved_counts() == {"n2": 1}
+    # Exempt pods never hold reservations.
+    daemon = PodFacts("shop", "agent", "u", owner_kinds=("DaemonSet",))
+    ledger.observe(PodState(daemon, "n1", "Pending"), 1.0)
+    assert ledger.get("shop/agent") is None
+
+
+def test_ttl_expiry(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("a"), "n2", 0.0)
+    ledger.reserve(pod("b"), "n2", 30.0)
+    assert ledger.expire(59.9) == []
+    assert [r.key for r in ledger.expire(60.0)] == ["shop/a"]
+    assert [r.key for r in ledger.expire(90.0)] == ["shop/b"]
+    assert ledger.ended[Release.EXPIRED] == 2 and ledger.open_count() == 0
+
+
+def test_reconcile_rebuilds_from_a_list(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("gone"), "n1", 0.0)
+    ledger.reserve(pod("kept"), "n2", 0.0)
+    ledger.reserve(pod("moved"), "n1", 0.0)
+    listed = [
+        PodState(pod("kept"), "n2", "Pending"),
+        PodState(pod("moved"), "n2", "Pending"),
+        PodState(pod("new"), "n1", "Pending"),
+        PodState(pod("running"), "n1", "Running"),
+        PodState(PodFacts("kube-system", "p", "u"), "n1", "Pending"),
+    ]
+    ledger.reconcile(listed, 5.0)
+    assert sorted((r.key, r.node) for r in ledger.reservations()) == [
+        ("shop/kept", "n2"),
+        ("shop/moved", "n2"),
+        ("shop/new", "n1"),
+    ]
+    assert ledger.table.reserved_counts() == {"n1": 1, "n2": 2}
+    kept = ledger.get("shop/kept")
+    assert kept is not None and kept.created_at == 0.0  # untouched, TTL not reset
