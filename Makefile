@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,8 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/hadolint Dockerfile
+	$(VENV)/bin/shellcheck deploy/image/*.sh
 
 unit: $(STAMP)
 	$(VENV)/bin/pytest
@@ -46,6 +48,18 @@ e2e-bin:
 
 e2e: $(STAMP) e2e-bin
 	$(VENV)/bin/pytest tests/e2e
+
+# The container image as an OCI layout in .cache/image/oci, built without Docker (needs root).
+image:
+	deploy/image/build.sh
+
+# Runs carico inside the built image; slow, so not part of make test.
+image-test:
+	deploy/image/smoke.sh
+
+# Builds the Dockerfile itself with buildah against a local Debian stand-in base (needs root).
+image-dockerfile:
+	deploy/image/check-dockerfile.sh
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
