@@ -149,6 +149,9 @@ class CapacityTable:
         # The same verdicts as arrays indexed by a slot per reported node, for the vectorised
         # hot path: one dictionary pass maps candidate names to slots, the rest is numpy.
         self.slot: dict[str, int] = {}
+        # Bumped whenever ``slot`` maps a name differently, so cached name-to-slot maps know to
+        # resolve again.
+        self.slots_version = 0
         self._free_slots: list[int] = []
         self.free_arr = np.zeros(INITIAL_SLOTS)
         self.failing_arr = np.zeros(INITIAL_SLOTS, dtype=bool)
@@ -216,6 +219,7 @@ class CapacityTable:
                 self._received.pop(node, None)
                 self._recompute(node)
                 slot = self.slot.pop(node)
+                self.slots_version += 1
                 self.received_arr[slot] = -np.inf
                 self._free_slots.append(slot)
             return gone
@@ -257,6 +261,7 @@ class CapacityTable:
                 self.failing_arr = np.concatenate([self.failing_arr, np.zeros(grow, dtype=bool)])
                 self.received_arr = np.concatenate([self.received_arr, np.full(grow, -np.inf)])
         self.slot[node] = slot
+        self.slots_version += 1
         return slot
 
     def _recompute(self, node: str) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from carico.cliargs import add_env_argument, env_name, parse_bool
 from carico.logs import add_logging_arguments, configure_logging
@@ -162,6 +164,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=16,
         help="threads (and connections) for API calls such as bindings",
     )
+    add_env_argument(
+        parser,
+        "--event-loop",
+        default="uvloop",
+        choices=["uvloop", "asyncio"],
+        help="event loop implementation: uvloop (libuv, less CPU per request) or the stdlib's",
+    )
     add_logging_arguments(parser)
 
 
@@ -252,14 +261,27 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
         await cluster.close()
 
 
+def new_event_loop(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop
+    return asyncio.new_event_loop
+
+
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     problem = _check_pairs(args)
     if problem:
         print(f"carico extender: {problem}", file=sys.stderr)
         return 2
+    # The modules loaded so far live as long as the process: keep them out of the collector's
+    # generations, so collections triggered by request garbage do not walk them again and again.
+    gc.collect()
+    gc.freeze()
     try:
-        return asyncio.run(serve(args))
+        with asyncio.Runner(loop_factory=new_event_loop(args.event_loop)) as runner:
+            return runner.run(serve(args))
     except (ValueError, OSError) as exc:
         print(f"carico extender: {exc}", file=sys.stderr)
         return 1

@@ -19,6 +19,8 @@ runs for every pod over up to thousands of candidates. Neighbours: ``capacity`` 
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 
@@ -65,6 +67,24 @@ class PreemptDecision:
     missing: int = 0
 
 
+# Candidate lists remembered by their request bytes. kube-scheduler sends the same NodeNames to
+# filter for pod after pod (and often the same passing subset to prioritize), so a remembered list
+# skips both decoding the names and hashing each of them into the table; only lists up to
+# CANDIDATE_CACHE_BYTES are kept, which bounds the memory at about 32 MB.
+CANDIDATE_CACHE_SIZE = 32
+CANDIDATE_CACHE_BYTES = 1 << 20
+
+
+@dataclass(slots=True)
+class Candidates:
+    """A candidate list with its table slots, resolved once per ``CapacityTable.slots_version``."""
+
+    names: list[str]
+    version: int = -1
+    safe: np.ndarray | None = None  # table slot per candidate (0 where unknown)
+    known: np.ndarray | None = None  # the candidate has a report
+
+
 @dataclass(frozen=True, slots=True)
 class _Lookup:
     safe: np.ndarray  # table slot per candidate (0 where unknown: mask with ``known``)
@@ -82,6 +102,22 @@ class Decider:
         self.table = table
         self.exemptions = exemptions
         self.stale_policy = stale_policy
+        self._candidates: OrderedDict[bytes, Candidates] = OrderedDict()
+
+    def candidates(self, raw: bytes, decode: Callable[[bytes], list[str]]) -> Candidates:
+        """The candidate list whose JSON is ``raw``: remembered, or ``decode(raw)`` (which may
+        raise for a bad list; nothing is remembered then)."""
+        cache = self._candidates
+        found = cache.get(raw)
+        if found is not None:
+            cache.move_to_end(raw)
+            return found
+        made = Candidates(decode(raw))
+        if len(raw) <= CANDIDATE_CACHE_BYTES:
+            cache[raw] = made
+            if len(cache) > CANDIDATE_CACHE_SIZE:
+                cache.popitem(last=False)
+        return made
 
     def _stale_reason(self, node: str, now: float) -> str:
         report = self.table.report(node)
@@ -100,16 +136,26 @@ class Decider:
         stale_here = names.intersection(stale) if stale else set()
         return missing | stale_here, len(stale_here), len(missing)
 
-    def _lookup(self, names: list[str], now: float) -> _Lookup:
-        """Map the candidates to table slots once; everything after is vectorised."""
+    def _lookup(self, cands: Candidates, now: float) -> _Lookup:
+        """Map the candidates to table slots (once per slot layout); the rest is vectorised."""
         table = self.table
-        slots = np.fromiter(map(table.slot.get, names, repeat(-1)), dtype=np.intp, count=len(names))
-        known = slots >= 0
-        safe = np.where(known, slots, 0)
+        safe, known = cands.safe, cands.known
+        if safe is None or known is None or cands.version != table.slots_version:
+            names = cands.names
+            slots = np.fromiter(
+                map(table.slot.get, names, repeat(-1)), dtype=np.intp, count=len(names)
+            )
+            known = slots >= 0
+            safe = np.where(known, slots, 0)
+            cands.safe, cands.known, cands.version = safe, known, table.slots_version
         fresh = known & (table.received_arr[safe] > now - table.thresholds.stale_after)
         return _Lookup(safe, known, fresh)
 
-    def filter(self, pod: PodFacts, names: list[str], now: float) -> FilterDecision:
+    def filter(
+        self, pod: PodFacts, candidates: list[str] | Candidates, now: float
+    ) -> FilterDecision:
+        cands = candidates if isinstance(candidates, Candidates) else Candidates(candidates)
+        names = cands.names
         exempt = self.exemptions.reason(pod)
         if exempt is not None:
             return FilterDecision(list(names), {}, {}, exempt=exempt)
@@ -117,7 +163,7 @@ class Decider:
             return FilterDecision([], {}, {})
         if len(names) <= SMALL_FILTER:
             return self._filter_small(names, now)
-        return self._filter_vector(names, now)
+        return self._filter_vector(cands, now)
 
     def _filter_small(self, names: list[str], now: float) -> FilterDecision:
         table = self.table
@@ -147,8 +193,10 @@ class Decider:
                 failed[name] = reason
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
 
-    def _filter_vector(self, names: list[str], now: float) -> FilterDecision:
-        look = self._lookup(names, now)
+    def _filter_vector(self, candidates: list[str] | Candidates, now: float) -> FilterDecision:
+        cands = candidates if isinstance(candidates, Candidates) else Candidates(candidates)
+        names = cands.names
+        look = self._lookup(cands, now)
         fail = look.fresh & self.table.failing_arr[look.safe]
         unknown = ~look.fresh
         any_unknown = bool(unknown.any())
@@ -172,7 +220,11 @@ class Decider:
         passed = list(compress(names, keep.tolist()))
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
 
-    def prioritize(self, pod: PodFacts, names: list[str], now: float) -> PrioritizeDecision:
+    def prioritize(
+        self, pod: PodFacts, candidates: list[str] | Candidates, now: float
+    ) -> PrioritizeDecision:
+        cands = candidates if isinstance(candidates, Candidates) else Candidates(candidates)
+        names = cands.names
         exempt = self.exemptions.reason(pod)
         if exempt is not None:
             return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
@@ -180,7 +232,7 @@ class Decider:
             return PrioritizeDecision([])
         if len(names) <= SMALL_PRIORITIZE:
             return self._prioritize_small(names, now)
-        return self._prioritize_vector(names, now)
+        return self._prioritize_vector(cands, now)
 
     def _prioritize_small(self, names: list[str], now: float) -> PrioritizeDecision:
         table = self.table
@@ -209,8 +261,12 @@ class Decider:
             list(map(HostPriority, names, scores)), stale=stale, missing=missing
         )
 
-    def _prioritize_vector(self, names: list[str], now: float) -> PrioritizeDecision:
-        look = self._lookup(names, now)
+    def _prioritize_vector(
+        self, candidates: list[str] | Candidates, now: float
+    ) -> PrioritizeDecision:
+        cands = candidates if isinstance(candidates, Candidates) else Candidates(candidates)
+        names = cands.names
+        look = self._lookup(cands, now)
         frees = self.table.free_arr[look.safe]
         unknown = ~look.fresh
         stale = missing = 0

@@ -22,7 +22,7 @@ from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
 from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
 from scheduler_ext.cluster import BindError, Cluster
-from scheduler_ext.decisions import Decider
+from scheduler_ext.decisions import Candidates, Decider
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, StaleData
@@ -147,27 +147,39 @@ class ExtenderService:
         if len(recent) > RECENT_PODS:
             recent.popitem(last=False)
 
-    def _args(self, body: bytes) -> tuple[PodFacts, list[str], bool]:
-        args = _decode(wire.decode_args, body)
-        assert isinstance(args, wire.ExtenderArgs)
+    def _names(self, raw: bytes) -> list[str]:
+        try:
+            names = wire.decode_names(raw)
+        except msgspec.ValidationError as exc:
+            raise BadRequest(
+                f"request does not match the extender v1 types: NodeNames: {exc}"
+            ) from exc
+        assert isinstance(names, list)
+        return names
+
+    def _args(self, body: bytes) -> tuple[PodFacts, Candidates, bool]:
+        args = _decode(wire.decode_args_raw_names, body)
+        assert isinstance(args, wire.ExtenderArgsRawNames)
         if args.Pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderArgs object with a Pod")
         facts = facts_from_wire(args.Pod)
         if not facts.name:
             raise BadRequest("Pod has no metadata.name")
-        if args.NodeNames is not None:
-            return facts, args.NodeNames, True
+        raw = bytes(args.NodeNames)
+        if raw != b"null":
+            return facts, self.decider.candidates(raw, self._names), True
         if args.Nodes is not None:
             names = [item.metadata.name if item.metadata else "" for item in args.Nodes.items or ()]
-            return facts, names, False
+            return facts, Candidates(names), False
         raise BadRequest("neither Nodes nor NodeNames is set")
 
     # -- verbs -----------------------------------------------------------------------------
 
     def filter(self, body: bytes) -> bytes:
-        facts, names, cache_capable = self._args(body)
+        facts, cands, cache_capable = self._args(body)
+        names = cands.names
         self._remember(facts)
-        d = self.decider.filter(facts, names, self.clock())
+        d = self.decider.filter(facts, cands, self.clock())
         if cache_capable:
             reply = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
             summary = reply
@@ -204,9 +216,10 @@ class ExtenderService:
         return reply
 
     def prioritize(self, body: bytes) -> bytes:
-        facts, names, _ = self._args(body)
+        facts, cands, _ = self._args(body)
+        names = cands.names
         self._remember(facts)
-        d = self.decider.prioritize(facts, names, self.clock())
+        d = self.decider.prioritize(facts, cands, self.clock())
         reply = wire.encode(d.scores)
         self.explain.record(facts.key, "prioritize", self.wall(), reply, d.exempt)
         self.count_request("prioritize", "exempt" if d.exempt else "ok")

@@ -73,6 +73,15 @@ class ExtenderArgs(msgspec.Struct):
     NodeNames: list[str] | None = None
 
 
+class ExtenderArgsRawNames(msgspec.Struct):
+    """``ExtenderArgs`` with ``NodeNames`` left undecoded: the decider keeps recently seen
+    candidate lists by their bytes, so a repeated list is neither decoded nor resolved again."""
+
+    Pod: Pod | None = None
+    Nodes: NodeListNames | None = None
+    NodeNames: msgspec.Raw = msgspec.Raw(b"null")
+
+
 class NodesRawOnly(msgspec.Struct):
     Nodes: NodeListRaw | None = None
 
@@ -164,6 +173,8 @@ class ErrorResult(msgspec.Struct):
 
 # Decoders and the encoder are built once: msgspec caches the type plans inside them.
 decode_args = msgspec.json.Decoder(ExtenderArgs).decode
+decode_args_raw_names = msgspec.json.Decoder(ExtenderArgsRawNames).decode
+decode_names = msgspec.json.Decoder(list[str] | None).decode
 decode_nodes_raw = msgspec.json.Decoder(NodesRawOnly).decode
 decode_nodes_whole = msgspec.json.Decoder(NodesWhole).decode
 decode_binding = msgspec.json.Decoder(ExtenderBindingArgs).decode

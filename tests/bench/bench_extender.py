@@ -1,14 +1,16 @@
 """Extender throughput and latency: filter + prioritize pairs, as kube-scheduler sends them.
 
 Three processes: the extender under test (``carico extender --no-kube``, fed capacity reports over
-gRPC), a load generator (aiohttp client, ``--concurrency`` workers each sending a filter and then a
-prioritize of the nodes that passed), and — as the baseline measured in the same run — a trivial
-extender on the same server stack (aiohttp + the same msgspec wire types) that passes every node and
-scores 0. Cases: 100, 1,000 and 5,000 candidate nodes, with NodeNames (nodeCacheCapable) and with
-full v1.Node objects. Printed per case (median of alternating rounds): pairs/s, p50 and p99 of the
-pair latency, the server's CPU time per pair (user + system, from the OS: the figure least disturbed
-by other work on a shared machine) and what that makes per CPU-second, and the ratios to the
-trivial extender. Targets: >= 1,000 pairs/s at 1,000 node names; p99 <= 2x the trivial one.
+gRPC), a load generator (``--concurrency`` virtual clients, one connection each, each sending a
+filter and then a prioritize of the nodes that passed; the Go one in ``loadgen/``, built into
+``.cache/bin`` on first use, costs the shared CPUs far less than the aiohttp fallback), and — as the
+baseline measured in the same run — a trivial extender on the same server stack (aiohttp, the same
+event loop, msgspec wire types) that passes every node and scores 0. Cases: 100, 1,000 and 5,000
+candidate nodes, with NodeNames (nodeCacheCapable) and with full v1.Node objects. Printed per case
+(median of alternating rounds): pairs/s, p50 and p99 of the pair latency, the server's CPU time per
+pair (user + system, from the OS: the figure least disturbed by other work on a shared machine) and
+what that makes per CPU-second, and the ratios to the trivial extender. Targets: >= 1,000 pairs/s at
+1,000 node names; p99 <= 2x the trivial one.
 
 Run: ``make bench BENCH_ARGS=extender`` (or ``python tests/bench/bench_extender.py --help``).
 """
@@ -20,10 +22,12 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -60,10 +64,11 @@ def filter_body(names: list[str], cache_capable: bool) -> bytes:
 # -- the trivial extender (baseline) --------------------------------------------------------------
 
 
-def serve_trivial(port: int) -> None:
+def serve_trivial(port: int, event_loop: str) -> None:
     from aiohttp import web
 
     from scheduler_ext import wire
+    from scheduler_ext.cli import new_event_loop
 
     def names_of(args: wire.ExtenderArgs) -> list[str]:
         if args.NodeNames is not None:
@@ -93,7 +98,14 @@ def serve_trivial(port: int) -> None:
         return web.Response(text="ok")
 
     app.router.add_get("/healthz", healthz)
-    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+    web.run_app(
+        app,
+        host="127.0.0.1",
+        port=port,
+        access_log=None,
+        print=None,
+        loop=new_event_loop(event_loop)(),
+    )
 
 
 # -- the load generator ---------------------------------------------------------------------------
@@ -161,6 +173,82 @@ async def _load(url: str, count: int, cache_capable: bool, duration: float, work
         "passed": len(passed),
         "pairs_total": total[0],
     }
+
+
+LOADGEN_SRC = HERE / "loadgen"
+LOADGEN_BIN = ROOT / ".cache" / "bin" / "carico-loadgen"
+
+
+def build_go_loadgen() -> Path | None:
+    """Build the Go load generator (standard library only) unless it is fresh; None without Go."""
+    sources = [LOADGEN_SRC / "main.go", LOADGEN_SRC / "go.mod"]
+    if LOADGEN_BIN.exists() and all(
+        LOADGEN_BIN.stat().st_mtime >= s.stat().st_mtime for s in sources
+    ):
+        return LOADGEN_BIN
+    if shutil.which("go") is None:
+        return None
+    LOADGEN_BIN.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["go", "build", "-o", str(LOADGEN_BIN), "."],
+        cwd=LOADGEN_SRC,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
+        check=True,
+    )
+    return LOADGEN_BIN
+
+
+def _checked_pair(url: str, body: bytes, cache_capable: bool) -> tuple[bytes, int]:
+    """One filter + prioritize checked for shape; returns the prioritize body and nodes passed."""
+    import urllib.request
+
+    def post(verb: str, data: bytes) -> Any:
+        req = urllib.request.Request(
+            f"{url}/{verb}", data=data, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert resp.status == 200
+            return json.loads(resp.read())
+
+    first = post("filter", body)
+    if cache_capable:
+        passed = first["NodeNames"]
+    else:
+        passed = [n["metadata"]["name"] for n in first["Nodes"]["items"]]
+    prio_body = filter_body(passed, cache_capable)
+    scores = post("prioritize", prio_body)
+    assert len(scores) == len(passed)
+    return prio_body, len(passed)
+
+
+def run_go_load(
+    binary: Path, url: str, count: int, cache_capable: bool, duration: float, workers: int
+) -> dict:
+    body = filter_body(node_names(count), cache_capable)
+    prio_body, passed = _checked_pair(url, body, cache_capable)
+    with tempfile.TemporaryDirectory() as tmp:
+        fpath, ppath = Path(tmp) / "filter.json", Path(tmp) / "prioritize.json"
+        fpath.write_bytes(body)
+        ppath.write_bytes(prio_body)
+        out = subprocess.run(
+            [
+                str(binary),
+                f"-url={url}",
+                f"-filter-body={fpath}",
+                f"-prioritize-body={ppath}",
+                f"-workers={workers}",
+                f"-duration={duration}s",
+                f"-warmup={min(1.0, duration / 3)}s",
+            ],
+            capture_output=True,
+            text=True,
+        )
+    if out.returncode != 0:
+        raise RuntimeError(f"load generator failed ({out.returncode}): {out.stderr.strip()}")
+    result: dict[str, Any] = json.loads(out.stdout)
+    result["passed"] = passed
+    result["pairs_total"] += 1  # the checked pair
+    return result
 
 
 def run_load(url: str, count: int, cache_capable: bool, duration: float, workers: int) -> dict:
@@ -282,7 +370,19 @@ def _run_cases(
             for _ in range(args.rounds):
                 for label, (proc, url) in servers.items():
                     before = _cpu_seconds(proc.pid)
-                    r = run_load(url + "/scheduler", count, cache_capable, args.duration, workers)
+                    if args.go_loadgen is not None:
+                        r = run_go_load(
+                            args.go_loadgen,
+                            url + "/scheduler",
+                            count,
+                            cache_capable,
+                            args.duration,
+                            workers,
+                        )
+                    else:
+                        r = run_load(
+                            url + "/scheduler", count, cache_capable, args.duration, workers
+                        )
                     # Server CPU over the whole run, warm-up and checks included.
                     spent = _cpu_seconds(proc.pid) - before
                     r["cpu_us_per_pair"] = 1e6 * spent / max(1, r["pairs_total"])
@@ -313,6 +413,17 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=8, help="load generator workers")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
+    parser.add_argument(
+        "--python-loadgen",
+        action="store_true",
+        help="use the Python (aiohttp) load generator even when Go is there to build the Go one",
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="event loop of both servers (the extender's --event-loop)",
+    )
     parser.add_argument("--loadgen", help=argparse.SUPPRESS)
     parser.add_argument("--serve-trivial", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
@@ -320,7 +431,7 @@ def main() -> int:
     args = parser.parse_args()
 
     if args.serve_trivial is not None:
-        serve_trivial(args.serve_trivial)
+        serve_trivial(args.serve_trivial, args.event_loop)
         return 0
     if args.loadgen:
         result = asyncio.run(
@@ -330,6 +441,7 @@ def main() -> int:
         return 0
 
     sizes = [int(s) for s in args.sizes.split(",")]
+    args.go_loadgen = None if args.python_loadgen else build_go_loadgen()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ext_port, grpc_port, trivial_port = _free_port(), _free_port(), _free_port()
     extender = subprocess.Popen(
@@ -345,12 +457,20 @@ def main() -> int:
             f"--grpc-port={grpc_port}",
             # The whole run must not make the fed data stale.
             "--stale-after=3600",
+            f"--event-loop={args.event_loop}",
         ],
         env=env,
         stderr=subprocess.DEVNULL,
     )
     trivial = subprocess.Popen(
-        [sys.executable, __file__, "--serve-trivial", str(trivial_port)], env=env
+        [
+            sys.executable,
+            __file__,
+            "--serve-trivial",
+            str(trivial_port),
+            f"--event-loop={args.event_loop}",
+        ],
+        env=env,
     )
     ext_url, trivial_url = f"http://127.0.0.1:{ext_port}", f"http://127.0.0.1:{trivial_port}"
     try:
@@ -359,7 +479,8 @@ def main() -> int:
         accepted = _feed_reports(grpc_port, max(sizes), args.seed)
         print(
             f"extender benchmark: {accepted} nodes reported; {args.duration:g} s per round, "
-            f"loopback, load generator in its own process; machine: {os.cpu_count()} CPUs "
+            f"loopback, {'Go' if args.go_loadgen else 'Python (aiohttp)'} load generator "
+            f"in its own process; machine: {os.cpu_count()} CPUs "
             "(if shared, absolute figures are noisy; ratios and CPU per pair less so)"
         )
         print(

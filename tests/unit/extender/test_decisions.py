@@ -202,3 +202,40 @@ def test_managed_schedulers_policy() -> None:
     two = ExemptionPolicy(managed_schedulers=frozenset({"carico-scheduler", "batch"}))
     assert two.reason(PodFacts("shop", "a", scheduler="batch")) is None
     assert two.reason(PodFacts("shop", "a", scheduler="other")) is not None
+
+
+def test_remembered_candidate_lists_follow_table_changes(make_report: MakeReport) -> None:
+    import json
+
+    table = CapacityTable(Thresholds(threshold=1.0, stale_after=10.0))
+    names = [f"n{i}" for i in range(300)]  # above both loop thresholds: the vectorised path
+    for i, name in enumerate(names[:250]):
+        table.ingest(make_report(name, float(i % 4)), "s", now=0.0)
+    d = Decider(table, ExemptionPolicy())
+    raw = json.dumps(names).encode()
+    decoded: list[bytes] = []
+
+    def decode(b: bytes) -> list[str]:
+        decoded.append(b)
+        result: list[str] = json.loads(b)
+        return result
+
+    first = d.candidates(raw, decode)
+    assert d.candidates(raw, decode) is first and len(decoded) == 1  # decoded once, then kept
+    assert d.filter(POD, first, 1.0) == d.filter(POD, list(names), 1.0)
+    # New nodes report (new slots), others are forgotten (slots freed and reused): the kept list
+    # must resolve again rather than read another node's verdict from a stale slot.
+    for name in names[250:]:
+        table.ingest(make_report(name, 0.0), "s", now=15.0)
+    table.forget_older_than(now=20.0, age=18.0)  # drops n0..n249 (reported at 0)
+    table.ingest(make_report("other", 9.0), "s", now=20.0)  # takes a freed slot
+    fresh = d.filter(POD, list(names), 20.0)
+    assert d.filter(POD, d.candidates(raw, decode), 20.0) == fresh
+    assert d.prioritize(POD, d.candidates(raw, decode), 20.0) == d.prioritize(POD, names, 20.0)
+    assert fresh.failed.keys() == set(names[250:]) and fresh.missing == 250
+    # A bad list is not remembered.
+    with pytest.raises(ValueError):
+        d.candidates(b"[", decode)
+    with pytest.raises(ValueError):
+        d.candidates(b"[", decode)
+    assert decoded.count(b"[") == 2

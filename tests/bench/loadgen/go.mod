@@ -1,0 +1,3 @@
+module carico/bench/loadgen
+
+go 1.22
