@@ -94,7 +94,8 @@ class ExtenderMetrics:
         r = self.registry
         self.requests = Counter(
             "carico_extender_requests",
-            "extender requests by verb and outcome (ok, exempt, bad_request, too_large, error)",
+            "extender requests by verb and outcome (ok, exempt, bad_request, too_large, error, "
+            "warming_up)",
             ["verb", "outcome"],
             registry=r,
         )

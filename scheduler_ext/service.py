@@ -22,7 +22,7 @@ from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
 from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
 from scheduler_ext.cluster import BindError, Cluster
-from scheduler_ext.decisions import Candidates, Decider
+from scheduler_ext.decisions import Candidates, Decider, FilterDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, StaleData
@@ -92,6 +92,7 @@ class ExtenderService:
         self.cluster = cluster
         self.clock = clock
         self.wall = wall
+        self.started = clock()
         self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
         exemptions = ExemptionPolicy(settings.excluded_namespaces, settings.managed_schedulers)
         self.ledger = Ledger(
@@ -111,7 +112,7 @@ class ExtenderService:
         self._count = {
             (verb, outcome): m.requests.labels(verb, outcome)
             for verb in ("filter", "prioritize", "bind", "preempt")
-            for outcome in ("ok", "exempt", "bad_request", "too_large", "error")
+            for outcome in ("ok", "exempt", "bad_request", "too_large", "error", "warming_up")
         }
         self._node_count = {
             (verb, outcome): m.node_decisions.labels(verb, outcome)
@@ -179,7 +180,21 @@ class ExtenderService:
         facts, cands, cache_capable = self._args(body)
         names = cands.names
         self._remember(facts)
-        d = self.decider.filter(facts, cands, self.clock())
+        now = self.clock()
+        d = self.decider.filter(facts, cands, now)
+        if self._warming_up(d, len(names), now):
+            # Fail-closed with no report at all yet, just after a (re)start: the gap is transient.
+            # An error makes kube-scheduler retry the pod with backoff (seconds); marking every
+            # node unresolvable would park it as unschedulable for up to five minutes.
+            error = (
+                "carico: no capacity report received yet since the extender started "
+                f"{now - self.started:.0f}s ago (fail-closed); retry"
+            )
+            reply = wire.encode(wire.FilterResultNames([], {}, {}, Error=error))
+            self.explain.record(facts.key, "filter", self.wall(), reply, d.exempt)
+            self.count_request("filter", "warming_up")
+            self._stale("filter", d.stale, d.missing)
+            return reply
         if cache_capable:
             reply = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
             summary = reply
@@ -214,6 +229,16 @@ class ExtenderService:
             if d.stale or d.missing:
                 self._stale("filter", d.stale, d.missing)
         return reply
+
+    def _warming_up(self, d: FilterDecision, candidates: int, now: float) -> bool:
+        """Fail-closed, every candidate unreported, and younger than one staleness window."""
+        return (
+            d.exempt is None
+            and self.settings.stale_policy is StaleData.FAIL_CLOSED
+            and candidates > 0
+            and d.missing == candidates
+            and now - self.started < self.table.thresholds.stale_after
+        )
 
     def prioritize(self, body: bytes) -> bytes:
         facts, cands, _ = self._args(body)

@@ -259,3 +259,36 @@ async def test_full_nodes_mode_is_explained_and_binds_are_counted(
     assert [n["name"] for n in nodes] == ["big"]
     _, metrics = await ext.get("/metrics")
     assert 'node="small"' not in metrics
+
+
+async def test_fail_closed_right_after_start_asks_kube_scheduler_to_retry(
+    make_extender: MakeExtender,
+) -> None:
+    closed: Extender = await make_extender(
+        Settings(stale_after=10, stale_policy=StaleData.FAIL_CLOSED)
+    )
+    request = extender_args(pod_object(), ["a", "b"])
+    # No report yet, 2 s after start: an error (kube-scheduler backs off and retries), not
+    # "unresolvable" (which would park the pod as unschedulable for minutes).
+    closed.clock.advance(2)
+    _, body = await closed.post("filter", request)
+    assert "no capacity report received yet" in body["Error"]
+    assert body["NodeNames"] == [] and body["FailedAndUnresolvableNodes"] == {}
+    _, metrics = await closed.get("/metrics")
+    assert 'carico_extender_requests_total{outcome="warming_up",verb="filter"} 1.0' in metrics
+    # One node reports: ordinary decisions again, the silent one unresolvable.
+    closed.feed("a", 3.0)
+    _, body = await closed.post("filter", request)
+    assert body["Error"] == "" and body["NodeNames"] == ["a"]
+    assert set(body["FailedAndUnresolvableNodes"]) == {"b"}
+    # Past one staleness window with no report at all: the policy applies as usual.
+    later: Extender = await make_extender(
+        Settings(stale_after=10, stale_policy=StaleData.FAIL_CLOSED)
+    )
+    later.clock.advance(11)
+    _, body = await later.post("filter", request)
+    assert body["Error"] == "" and set(body["FailedAndUnresolvableNodes"]) == {"a", "b"}
+    # Fail-open never errors: it passes the unreported nodes.
+    fail_open: Extender = await make_extender(Settings(stale_after=10))
+    _, body = await fail_open.post("filter", request)
+    assert body["Error"] == "" and body["NodeNames"] == ["a", "b"]
