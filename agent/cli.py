@@ -16,7 +16,14 @@ import signal
 import socket
 import sys
 
-from carico.cliargs import add_env_argument, add_env_flag
+from carico.cliargs import (
+    add_env_argument,
+    add_env_flag,
+    non_negative_float,
+    port,
+    positive_float,
+    positive_int,
+)
 from carico.logs import add_logging_arguments, configure_logging
 
 log = logging.getLogger("agent")
@@ -34,34 +41,6 @@ def _single_threaded_blas() -> None:
     """
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {text}")
-    return value
 
 
 def _features(text: str) -> tuple[str, ...]:
@@ -90,32 +69,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_features,
         help="comma-separated features: cpu, memory, cpu_pressure, memory_pressure, io_pressure",
     )
-    add_env_argument(g, "--sample-hz", default=10.0, type=_positive_float, help="sampling rate")
+    add_env_argument(g, "--sample-hz", default=10.0, type=positive_float, help="sampling rate")
     add_env_argument(
-        g, "--batch", default=10, type=_positive_int, help="samples per batch (one model update)"
+        g, "--batch", default=10, type=positive_int, help="samples per batch (one model update)"
     )
     add_env_argument(
         g,
         "--half-life",
         default=30.0,
-        type=_positive_float,
+        type=positive_float,
         help="seconds after which old telemetry weighs half in the local model",
     )
     add_env_argument(
-        g, "--k-max", default=1000.0, type=_positive_float, help="upper clamp of the signal k"
+        g, "--k-max", default=1000.0, type=positive_float, help="upper clamp of the signal k"
     )
     add_env_argument(
         g,
         "--churn-hold",
         default=2.5,
-        type=_non_negative_float,
+        type=non_negative_float,
         help="seconds estimation halts after the last pod event",
     )
     add_env_argument(
         g,
         "--prior-per-pod-cost",
         default=0.1,
-        type=_positive_float,
+        type=positive_float,
         help="per-pod cost before the node learns its own and without a fleet prior",
     )
 
@@ -147,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g,
         "--duration",
         default=0.0,
-        type=_non_negative_float,
+        type=non_negative_float,
         help="stop after this many seconds (0: run until stopped)",
     )
 
@@ -158,21 +137,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g,
         "--exchange-interval",
         default=5.0,
-        type=_positive_float,
+        type=positive_float,
         help="seconds between model exchanges with the aggregator",
     )
     add_env_argument(
         g,
         "--global-ttl",
         default=300.0,
-        type=_positive_float,
+        type=positive_float,
         help="seconds a global model is merged after it arrived; older, the local model is used",
     )
     add_env_argument(
-        g, "--rpc-timeout", default=2.0, type=_positive_float, help="seconds per gRPC call/connect"
+        g, "--rpc-timeout", default=2.0, type=positive_float, help="seconds per gRPC call/connect"
     )
     add_env_argument(
-        g, "--backoff-max", default=30.0, type=_positive_float, help="longest retry delay, seconds"
+        g, "--backoff-max", default=30.0, type=positive_float, help="longest retry delay, seconds"
     )
     add_env_argument(g, "--tls-ca", default="", help="CA bundle: use TLS to the servers")
     add_env_argument(g, "--tls-cert", default="", help="client certificate for mTLS")
@@ -184,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g,
         "--metrics-port",
         default=None,
-        type=_port,
+        type=port,
         help=f"port of /metrics, /healthz, /readyz; 0 turns them off "
         f"(unset: {DEFAULT_METRICS_PORT}, or off with --standalone)",
     )

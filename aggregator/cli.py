@@ -21,32 +21,11 @@ from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_g
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
 from aggregator.validate import ValidationError, check_feature_names, check_node_name
-from carico.cliargs import add_env_argument
+from carico.cliargs import add_env_argument, non_negative_int, positive_float, positive_int
 from carico.http_ops import start_ops_server
 from carico.logs import add_logging_arguments, configure_logging
 
 log = logging.getLogger("carico.aggregator")
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 def _features(text: str) -> tuple[str, ...] | None:
@@ -93,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         arg,
         "--ttl",
         default=30.0,
-        type=_positive,
+        type=positive_float,
         help="seconds after which a silent node drops out of the global model",
     )
     add_env_argument(
@@ -108,28 +87,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         arg,
         "--recompute-interval",
         default=0.05,
-        type=_positive,
+        type=positive_float,
         help="seconds between recomputations of the global model while models arrive",
     )
     add_env_argument(
         arg,
         "--max-senders",
         default=100_000,
-        type=_positive_int,
+        type=positive_int,
         help="most agents and child aggregators held at once (further new senders are refused)",
     )
     add_env_argument(
         arg,
         "--max-message-bytes",
         default=DEFAULT_MAX_MESSAGE_BYTES,
-        type=_positive_int,
+        type=positive_int,
         help="largest request accepted (a parent must allow 8 bytes per node behind a child)",
     )
     add_env_argument(
         arg,
         "--max-concurrent-rpcs",
         default=0,
-        type=_non_negative_int,
+        type=non_negative_int,
         help="calls in flight beyond which new ones get RESOURCE_EXHAUSTED at once; 0: no limit",
     )
     ckpt = parser.add_argument_group("checkpoint")
@@ -145,7 +124,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ckpt,
         "--checkpoint-interval",
         default=30.0,
-        type=_positive,
+        type=positive_float,
         help="seconds between checkpoint writes (one is also written on shutdown)",
     )
     tls = parser.add_argument_group("TLS of the gRPC server")
@@ -170,11 +149,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parent,
         "--parent-interval",
         default=1.0,
-        type=_positive,
+        type=positive_float,
         help="seconds between exchanges with the parent",
     )
     add_env_argument(
-        parent, "--parent-timeout", default=2.0, type=_positive, help="deadline of a parent call"
+        parent,
+        "--parent-timeout",
+        default=2.0,
+        type=positive_float,
+        help="deadline of a parent call",
     )
     add_env_argument(
         parent,

@@ -73,3 +73,41 @@ def add_env_flag(parser: argparse.ArgumentParser | Any, flag: str, *, help: str)
     except argparse.ArgumentTypeError as exc:
         raise SystemExit(f"invalid {env} for {flag}: {exc}") from exc
     parser.add_argument(flag, action="store_true", default=default, help=f"{help} (env {env})")
+
+
+# -- argparse ``type=`` validators shared by every component's flags ------------------------
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:  # also refuses NaN
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {text}")
+    return value

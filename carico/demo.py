@@ -40,15 +40,10 @@ from typing import Any
 
 import numpy as np
 
+from carico.cliargs import positive_float
+
 NAMESPACE = "demo"
 SIM_FEATURES = ("cpu", "memory")
-
-
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
 
 
 def _nodes(text: str) -> int:
@@ -72,32 +67,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--duration",
-        type=_positive,
+        type=positive_float,
         default=None,
         help="stop after this many seconds (required with --headless; default: until Ctrl-C)",
     )
     parser.add_argument("--seed", type=int, default=1, help="workload and model seed (default: 1)")
     parser.add_argument(
-        "--rate", type=_positive, default=0.8, help="peak pod arrivals per second (default: 0.8)"
+        "--rate",
+        type=positive_float,
+        default=0.8,
+        help="peak pod arrivals per second (default: 0.8)",
     )
     parser.add_argument(
-        "--period", type=_positive, default=120.0, help="seconds per workload wave (default: 120)"
+        "--period",
+        type=positive_float,
+        default=120.0,
+        help="seconds per workload wave (default: 120)",
     )
     parser.add_argument(
         "--pod-work",
-        type=_positive,
+        type=positive_float,
         default=20.0,
         help="mean CPU work of a demo pod, core-seconds (default: 20)",
     )
     parser.add_argument(
         "--stale-after",
-        type=_positive,
+        type=positive_float,
         default=5.0,
         help="seconds without a report before the extender calls a node stale (default: 5)",
     )
     parser.add_argument(
         "--exchange-interval",
-        type=_positive,
+        type=positive_float,
         default=2.0,
         help="seconds between the agents' model exchanges (default: 2)",
     )

@@ -13,12 +13,11 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
 
-from carico.cliargs import add_env_argument, env_name, parse_bool
+from carico.cliargs import add_env_argument, add_env_flag, port, positive_float
 from carico.logs import add_logging_arguments, configure_logging
 from carico.tls import grpc_server_credentials, server_ssl_context
 from scheduler_ext.cluster import Cluster, InMemoryCluster
@@ -30,24 +29,10 @@ from scheduler_ext.service import ExtenderService, Settings
 log = logging.getLogger("scheduler_ext")
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"not a port: {text}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("listening")
     add_env_argument(net, "--host", default="0.0.0.0", help="HTTP listen address")
-    add_env_argument(net, "--port", type=_port, default=8888, help="HTTP port (0: any free)")
+    add_env_argument(net, "--port", type=port, default=8888, help="HTTP port (0: any free)")
     add_env_argument(
         net,
         "--prefix",
@@ -63,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_env_argument(net, "--grpc-host", default="0.0.0.0", help="CapacityIngest listen address")
     add_env_argument(
-        net, "--grpc-port", type=_port, default=9090, help="CapacityIngest port (0: any free)"
+        net, "--grpc-port", type=port, default=9090, help="CapacityIngest port (0: any free)"
     )
 
     tls = parser.add_argument_group("TLS")
@@ -94,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         rules,
         "--stale-after",
-        type=_positive,
+        type=positive_float,
         default=10.0,
         help="seconds without a report after which a node's data is stale",
     )
@@ -122,14 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         rules,
         "--reservation-ttl",
-        type=_positive,
+        type=positive_float,
         default=300.0,
         help="seconds after which a reservation is dropped if the pod watch said nothing",
     )
     add_env_argument(
         rules,
         "--forget-after",
-        type=_positive,
+        type=positive_float,
         default=3600.0,
         help="seconds without a report after which a node is dropped from the table "
         "(deleted nodes); until then it is only stale",
@@ -143,16 +128,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
     kube = parser.add_argument_group("cluster")
-    no_kube_env = env_name("--no-kube")
-    try:
-        no_kube_default = parse_bool(os.environ.get(no_kube_env, "false"))
-    except argparse.ArgumentTypeError as exc:
-        raise SystemExit(f"invalid {no_kube_env}: {exc}") from exc
-    kube.add_argument(
+    add_env_flag(
+        kube,
         "--no-kube",
-        action="store_true",
-        default=no_kube_default,
-        help=f"run without an API server: bindings go to an in-memory cluster (env {no_kube_env})",
+        help="run without an API server: bindings go to an in-memory cluster",
     )
     add_env_argument(
         kube, "--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)"
