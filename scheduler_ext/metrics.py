@@ -34,6 +34,8 @@ LATENCY_BUCKETS = (
     2.5,
     5.0,
 )
+# Repack solves run under a time budget of about a second to a minute.
+REPACK_SOLVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class _StateCollector(Collector):
@@ -129,6 +131,46 @@ class ExtenderMetrics:
         self.streams = Gauge(
             "carico_extender_capacity_streams", "open agent report streams", registry=r
         )
+        # Repacking fallback (DESIGN §4.3); declared here so every name the shipped dashboards
+        # query exists from the first scrape, before any repack has run.
+        self.repack_runs = Counter(
+            "carico_repack_runs",
+            "repack runs by trigger (unschedulable, http) and plan status (OPTIMAL, FEASIBLE, "
+            "NO_IMPROVEMENT, INFEASIBLE, ERROR)",
+            ["trigger", "status"],
+            registry=r,
+        )
+        self.repack_solve = Histogram(
+            "carico_repack_solve_seconds",
+            "wall time of one repack solve",
+            buckets=REPACK_SOLVE_BUCKETS,
+            registry=r,
+        )
+        self.repack_plan_actions = Gauge(
+            "carico_repack_plan_actions",
+            "actions in the last computed plan, by kind (move, placement, eviction)",
+            ["kind"],
+            registry=r,
+        )
+        self.repack_executions = Counter(
+            "carico_repack_executions",
+            "plans executed in apply mode, by outcome (completed, aborted)",
+            ["outcome"],
+            registry=r,
+        )
+        self.repack_slots_open = Gauge(
+            "carico_repack_plan_slots_open",
+            "plan slots held for replacement and formerly pending pods",
+            registry=r,
+        )
+        self.repack_unschedulable = Gauge(
+            "carico_repack_unschedulable_pods",
+            "pods of the managed schedulers pending as Unschedulable, as the repack trigger "
+            "sees them",
+            registry=r,
+        )
+        for kind in ("move", "placement", "eviction"):
+            self.repack_plan_actions.labels(kind).set(0)
         r.register(_StateCollector(table, ledger, clock))
         # Children bound once: labels() costs a lock and a dict lookup per call.
         self.latency_of = {v: self.latency.labels(v) for v in VERBS}
