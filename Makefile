@@ -63,3 +63,9 @@ image-dockerfile:
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
+
+# Regenerates the derived deploy files (the chart's scheduler configuration from
+# carico/schedconfig.py, deploy/base and deploy/overlays from the chart) with the e2e-bin helm.
+.PHONY: manifests
+manifests: $(STAMP) e2e-bin
+	$(PY) -m carico.manifests --helm "$$(bash tests/e2e/gobuild/build.sh --print-dir)/helm"

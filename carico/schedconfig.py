@@ -48,6 +48,11 @@ class ExtenderConfig:
     ignorable: bool = False
     http_timeout_s: float = 5.0
     managed_resources: tuple[ManagedResource, ...] = field(default_factory=tuple)
+    # tlsConfig file paths (PEM) for an https urlPrefix: the CA to verify the extender with, and a
+    # client certificate and key kube-scheduler presents to it. Empty: left out.
+    tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def validate(self) -> None:
         """Raise ValueError for what kube-scheduler would refuse at start-up."""
@@ -60,6 +65,18 @@ class ExtenderConfig:
         names = [r.name for r in self.managed_resources]
         if len(set(names)) != len(names):
             raise ValueError(f"extender managedResources repeat a name: {names}")
+        if self._tls_files() and not self.url_prefix.startswith("https://"):
+            raise ValueError(f"extender TLS files need an https urlPrefix: {self.url_prefix!r}")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("extender tls cert and key files go together")
+
+    def _tls_files(self) -> dict[str, str]:
+        files = {
+            "caFile": self.tls_ca_file,
+            "certFile": self.tls_cert_file,
+            "keyFile": self.tls_key_file,
+        }
+        return {key: path for key, path in files.items() if path}
 
     def to_dict(self) -> dict[str, Any]:
         self.validate()
@@ -79,6 +96,8 @@ class ExtenderConfig:
         out["nodeCacheCapable"] = self.node_cache_capable
         out["ignorable"] = self.ignorable
         out["enableHTTPS"] = self.url_prefix.startswith("https://")
+        if self._tls_files():
+            out["tlsConfig"] = self._tls_files()
         if self.managed_resources:
             out["managedResources"] = [
                 {"name": r.name, "ignoredByScheduler": r.ignored_by_scheduler}
@@ -95,12 +114,15 @@ def scheduler_configuration(
     burst: int = 100,
     leader_elect: bool = True,
     profiles: Sequence[str] = (DEFAULT_PROFILE, CARICO_PROFILE),
+    lease: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """Build the KubeSchedulerConfiguration.
 
     ``kubeconfig`` None means in-cluster credentials (the deployed case). ``qps``/``burst`` default
     to kube-scheduler's own defaults; raise them where the API server is not the bottleneck under
-    test. ``leader_elect`` should stay on for replicated deployments.
+    test. ``leader_elect`` should stay on for replicated deployments; ``lease`` (namespace, name)
+    names its Lease, which must differ from the cluster's own kube-scheduler lease
+    (kube-system/kube-scheduler) so that the two schedulers never take turns at being leader.
 
     >>> cfg = scheduler_configuration(extenders=[ExtenderConfig("http://127.0.0.1:1/x")])
     >>> [p["schedulerName"] for p in cfg["profiles"]]
@@ -114,13 +136,19 @@ def scheduler_configuration(
         raise ValueError(f"scheduler profiles must be non-empty and unique: {list(profiles)}")
     if sum(1 for e in extenders if e.bind_verb) > 1:
         raise ValueError("at most one extender may set a bind verb")
+    leader: dict[str, Any] = {"leaderElect": leader_elect}
+    if lease is not None:
+        namespace, name = lease
+        if not namespace or not name:
+            raise ValueError(f"the leader-election lease needs a namespace and a name: {lease}")
+        leader.update(resourceLock="leases", resourceNamespace=namespace, resourceName=name)
     client: dict[str, Any] = {"qps": qps, "burst": burst}
     if kubeconfig is not None:
         client["kubeconfig"] = kubeconfig
     cfg: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "KubeSchedulerConfiguration",
-        "leaderElection": {"leaderElect": leader_elect},
+        "leaderElection": leader,
         "clientConnection": client,
         "profiles": [{"schedulerName": name} for name in profiles],
     }

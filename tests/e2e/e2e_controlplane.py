@@ -445,6 +445,13 @@ class ControlPlane:
         sched = self._start(self._scheduler())
         self._wait(sched, self._probe(self.scheduler_port, "/readyz", None), "/readyz", timeout_s)
 
+    def stop_scheduler(self) -> None:
+        """Stop the session's kube-scheduler (``restart_scheduler`` brings it back), so that a
+        test can run another scheduler for the same profiles without the two racing."""
+        old = self.components.pop("kube-scheduler", None)
+        if old is not None:
+            old.stop()
+
     def stop(self) -> None:
         """Stop in reverse order of dependency; safe to call more than once."""
         for name in ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager and kube-scheduler for the e2e tier
 # from the pinned modules beside this script (see pin.sh), with the local Go toolchain and
-# the Go module proxy only.
+# the Go module proxy only; also kubectl (same kube module) and helm (helm/, its own module),
+# which render and apply the deploy manifests.
 #
 #   build.sh              build into .cache/e2e-bin/<key>/ unless already built; print the dir
 #   build.sh --print-dir  print that dir without building (the e2e fixture uses this)
@@ -31,6 +32,7 @@ need_go() {
 }
 
 key=$( { cat "$here"/kube/go.mod "$here"/kube/go.sum "$here"/etcd/go.mod "$here"/etcd/go.sum \
+            "$here"/helm/go.mod "$here"/helm/go.sum \
             "$here/build.sh"; go version; } | sha256sum | cut -c1-16)
 out="$repo/.cache/e2e-bin/$key"
 if [[ ${1-} == --print-dir ]]; then echo "$out"; exit 0; fi
@@ -38,6 +40,7 @@ if [[ -f $out/.complete ]]; then echo "$out"; exit 0; fi
 
 need_go "$here/kube/go.mod"
 need_go "$here/etcd/go.mod"
+need_go "$here/helm/go.mod"
 
 kube_version=$(sed -n 's/^\(require\)\{0,1\}[[:space:]]*k8s\.io\/kubernetes \(v[^ ]*\).*/\2/p' "$here/kube/go.mod" | sed -n 1p)
 [[ $kube_version =~ ^v([0-9]+)\.([0-9]+)\. ]] || { echo "e2e-bin: no k8s.io/kubernetes in kube/go.mod" >&2; exit 1; }
@@ -65,13 +68,20 @@ echo "e2e-bin: building Kubernetes $kube_version and etcd into $out" >&2
 (cd "$here/kube" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "$ldflags" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler)
+  k8s.io/kubernetes/cmd/kube-scheduler \
+  k8s.io/kubernetes/cmd/kubectl)
 (cd "$here/etcd" && CGO_ENABLED=0 go build -buildvcs=false -trimpath -ldflags "-s -w" -o "$tmp/etcd" \
   go.etcd.io/etcd/server/v3)
+# helm's version string comes from its own module version, as its Makefile sets it.
+helm_version=$(cd "$here/helm" && go list -m -f '{{.Version}}' helm.sh/helm/v4)
+(cd "$here/helm" && CGO_ENABLED=0 go build -buildvcs=false -trimpath \
+  -ldflags "-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version" -o "$tmp/helm" \
+  helm.sh/helm/v4/cmd/helm)
 
 "$tmp/kube-apiserver" --version >&2
 # sed, not head: head exiting early would SIGPIPE the writer and fail the build under pipefail.
 "$tmp/etcd" --version | sed -n 1p >&2
+"$tmp/helm" version --short >&2
 rm -rf "$out"
 mv "$tmp" "$out"
 touch "$out/.complete"

@@ -97,3 +97,46 @@ def test_refuses_two_binders_and_bad_profiles_and_limits() -> None:
         scheduler_configuration(profiles=["a", "a"])
     with pytest.raises(ValueError, match="qps"):
         scheduler_configuration(qps=0)
+
+
+def test_tls_files_and_lease() -> None:
+    ext = ExtenderConfig(
+        "https://127.0.0.1:8888/scheduler",
+        tls_ca_file="/t/ca.crt",
+        tls_cert_file="/t/tls.crt",
+        tls_key_file="/t/tls.key",
+    )
+    cfg = scheduler_configuration(extenders=[ext], lease=("carico-system", "carico-scheduler"))
+    assert cfg["extenders"][0]["enableHTTPS"] is True
+    assert cfg["extenders"][0]["tlsConfig"] == {
+        "caFile": "/t/ca.crt",
+        "certFile": "/t/tls.crt",
+        "keyFile": "/t/tls.key",
+    }
+    assert cfg["leaderElection"] == {
+        "leaderElect": True,
+        "resourceLock": "leases",
+        "resourceNamespace": "carico-system",
+        "resourceName": "carico-scheduler",
+    }
+    # Without TLS files or a lease, neither key appears (kube-scheduler's defaults apply).
+    plain = scheduler_configuration(extenders=[ExtenderConfig("http://127.0.0.1:1/x")])
+    assert "tlsConfig" not in plain["extenders"][0]
+    assert plain["leaderElection"] == {"leaderElect": True}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"url_prefix": "http://127.0.0.1:1/x", "tls_ca_file": "/ca"}, "https urlPrefix"),
+        ({"url_prefix": "https://127.0.0.1:1/x", "tls_cert_file": "/c"}, "go together"),
+    ],
+)
+def test_tls_files_are_checked(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ExtenderConfig(**kwargs).to_dict()
+
+
+def test_lease_needs_namespace_and_name() -> None:
+    with pytest.raises(ValueError, match="namespace and a name"):
+        scheduler_configuration(lease=("", "carico-scheduler"))
