@@ -34,7 +34,7 @@ from e2e_controlplane import Component, ControlPlane, free_ports, wait_for
 from e2e_extender import CapacityFeed, ExtenderProcess
 from fake_kubelet import FakeKubelet, PodCounts, PodCountsRecorder
 
-from carico import certs, manifests
+from carico import certs, manifests, schedconfig
 from carico.schedconfig import CARICO_PROFILE
 from carico.tls import write_pair
 
@@ -97,6 +97,22 @@ def test_chart_passes_helm_lint(tools: Tools) -> None:
     assert "1 chart(s) linted, 0 chart(s) failed" in out
 
 
+@pytest.mark.parametrize(
+    ("value", "complaint"),
+    [
+        ("policy.stalePolicy=sometimes", "value must be one of 'fail-open', 'fail-closed'"),
+        ("policy.repack.mode=yes", "value must be one of 'off', 'dry-run', 'apply'"),
+        ("policy.staleAfter=10", "additional properties 'staleAfter' not allowed"),
+        ("features={cpu,disk}", "value must be one of"),
+    ],
+)
+def test_chart_refuses_bad_values(tools: Tools, value: str, complaint: str) -> None:
+    argv = [str(tools.helm), "template", "carico", str(REPO / manifests.CHART), "--set", value]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert complaint in done.stderr
+
+
 @pytest.mark.parametrize("overlay", [None, *OVERLAYS])
 def test_kustomize_and_helm_render_the_same_objects(tools: Tools, overlay: str | None) -> None:
     if overlay is None:
@@ -109,6 +125,40 @@ def test_kustomize_and_helm_render_the_same_objects(tools: Tools, overlay: str |
     assert sorted(kustomized) == sorted(charted)
     for key, obj in kustomized.items():
         assert obj == charted[key], key
+
+
+def _scheduler_config(objects: Objects) -> dict[str, Any]:
+    data = objects[("ConfigMap", NS, "carico-scheduler-config")]["data"]
+    return dict(json.loads(data["kube-scheduler-config.json"]))
+
+
+@pytest.mark.parametrize("replace_default", [False, True])
+def test_chart_embeds_the_generated_scheduler_configuration(
+    tools: Tools, replace_default: bool
+) -> None:
+    values = ("scheduler.replaceDefaultScheduler=true",) if replace_default else ()
+    rendered = _scheduler_config(by_key(tools.helm_template(values)))
+    want = manifests.shipped_scheduler_configuration(replace_default=replace_default)
+    assert rendered == want
+
+
+def test_chart_values_reach_the_scheduler_configuration(tools: Tools) -> None:
+    """The chart's substitutions give what carico.schedconfig builds for the same options."""
+    values = (
+        "tls.enabled=false",
+        "scheduler.extender.port=8899",
+        "scheduler.extender.nodeCacheCapable=false",
+        "scheduler.extender.ignorable=false",
+        "scheduler.leaderElection.enabled=false",
+    )
+    rendered = _scheduler_config(by_key(tools.helm_template(values)))
+    want = schedconfig.scheduler_configuration(
+        extenders=[schedconfig.ExtenderConfig("http://127.0.0.1:8899/scheduler")],
+        leader_elect=False,
+        profiles=(CARICO_PROFILE,),
+        lease=(NS, manifests.LEASE_NAME),
+    )
+    assert rendered == want
 
 
 def test_cert_manager_certificates_name_what_carico_certs_signs(tools: Tools) -> None:
