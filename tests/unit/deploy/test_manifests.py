@@ -6,12 +6,18 @@ The kustomize base and overlays are rendered by helm; their freshness is checked
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
 
-from carico import manifests, schedconfig
+from carico import certs, manifests, schedconfig
+from carico.cli import COMMANDS
+from carico.cliargs import env_name
 from scheduler_ext.http_server import DEFAULT_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]
@@ -84,3 +90,80 @@ def test_the_scheduler_image_is_the_pinned_kubernetes_release() -> None:
     go_mod = (REPO / "tests/e2e/gobuild/kube/go.mod").read_text()
     pinned = [line.split()[-1] for line in go_mod.splitlines() if "k8s.io/kubernetes v" in line]
     assert values["scheduler"]["kubeScheduler"]["image"]["tag"] == pinned[0]
+
+
+# Environment variables the manifests set ahead of the component that reads them: the repack
+# trigger's flags (--repack-mode, --repack-debounce) arrive with the repacker's cluster mode.
+AHEAD_OF_THE_COMPONENT = {"CARICO_REPACK_MODE", "CARICO_REPACK_DEBOUNCE"}
+
+
+def _carico_containers() -> list[tuple[str, dict[str, Any]]]:
+    base = manifests.parse_objects((REPO / "deploy/base/carico.yaml").read_text())
+    found = []
+    for obj in base:
+        if obj["kind"] not in ("Deployment", "DaemonSet"):
+            continue
+        for container in obj["spec"]["template"]["spec"]["containers"]:
+            if container["image"].startswith("carico:"):
+                found.append((f"{obj['metadata']['name']}/{container['name']}", container))
+    return found
+
+
+def test_the_base_runs_every_carico_component() -> None:
+    commands = sorted(c["args"][0] for _, c in _carico_containers())
+    assert commands == ["agent", "aggregator", "extender"]
+
+
+@pytest.mark.parametrize(("where", "container"), _carico_containers(), ids=lambda v: str(v)[:40])
+def test_container_flags_and_environment_are_the_components_own(
+    where: str, container: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every flag parses with the component's real parser, every CARICO_* value with its type."""
+    command, *flags = container["args"]
+    env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    parser = argparse.ArgumentParser(prog=f"carico {command}")
+    importlib.import_module(COMMANDS[command][0]).add_arguments(parser)
+    # argparse exits on an unknown flag or a value its type refuses; the CARICO_* values are
+    # parsed with the flag's type while the parser is built (above).
+    parsed = parser.parse_args(flags)
+    known = {env_name(a.option_strings[0]) for a in parser._actions if a.option_strings}
+    assert set(env) - known - {"NODE_NAME"} <= AHEAD_OF_THE_COMPONENT, where
+    if command == "agent":
+        assert parsed.proc_root == "/host/proc"
+        assert {"NODE_NAME"} <= {e["name"] for e in container["env"]}
+
+
+def test_tls_files_come_from_the_component_secrets() -> None:
+    """Each TLS path a container uses lies under a mount of its component's carico-*-tls Secret
+    (the names `carico certs` writes), including the paths in the scheduler configuration."""
+    base = {
+        manifests.object_key(o): o
+        for o in manifests.parse_objects((REPO / "deploy/base/carico.yaml").read_text())
+    }
+    ns = manifests.NAMESPACE
+    config = json.loads(
+        base[("ConfigMap", ns, "carico-scheduler-config")]["data"]["kube-scheduler-config.json"]
+    )
+    expected = {
+        ("DaemonSet", "carico-agent"): "agent",
+        ("Deployment", "carico-aggregator"): "aggregator",
+        ("Deployment", "carico-scheduler"): "extender",
+    }
+    checked = 0
+    for (kind, name), component in expected.items():
+        pod = base[(kind, ns, name)]["spec"]["template"]["spec"]
+        secrets = {v["name"]: v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v}
+        for container in pod["containers"]:
+            words = container.get("args", []) + container.get("command", [])
+            paths = [w.split("=", 1)[1] for w in words if "=" + manifests.TLS_DIR in w]
+            if container["name"] == "kube-scheduler":
+                paths += config["extenders"][0]["tlsConfig"].values()
+            mounts = {m["mountPath"]: m["name"] for m in container.get("volumeMounts", [])}
+            for path in paths:
+                volume = mounts[str(Path(path).parent)]
+                assert secrets[volume] == certs.secret_name(component), (name, path)
+                checked += 1
+    # agent 3, aggregator 3, extender 5 (HTTPS 2, gRPC 3), kube-scheduler 3 (its tlsConfig)
+    assert checked == 3 + 3 + 5 + 3
