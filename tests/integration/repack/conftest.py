@@ -22,6 +22,7 @@ import pytest
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.http_server import HttpServer, build_app, start_http
 from scheduler_ext.repack.service import PlanRunner, RepackService, RepackSettings
+from scheduler_ext.repack.trigger import Unscheduled
 from scheduler_ext.service import ExtenderService
 
 # The repacker's unit-test builders (kubectl-style objects) live beside its unit tests.
@@ -44,6 +45,16 @@ def fragmented_cluster() -> dict[str, Any]:
             item["spec"]["schedulerName"] = SCHEDULER
             item["status"]["conditions"] = [UNSCHEDULABLE]
     return doc
+
+
+async def unscheduled_now(cluster: InMemoryCluster) -> list[Unscheduled]:
+    """What the cluster's unscheduled-pod watch lists at start."""
+    got: list[Unscheduled] = []
+    task = asyncio.create_task(cluster.run_unscheduled_watch(got.extend, got.append))
+    await asyncio.sleep(0)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return got
 
 
 class SettableClock:

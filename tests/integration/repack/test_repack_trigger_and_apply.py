@@ -19,7 +19,7 @@ from scheduler_ext.repack.service import (
 from scheduler_ext.repack.snapshot import Snapshot
 from scheduler_ext.service import ExtenderService
 
-from .conftest import MakeRepacker, fragmented_cluster
+from .conftest import MakeRepacker, fragmented_cluster, unscheduled_now
 
 LIVENESS_S = 60.0  # upper bound on waiting for the background loop; never a pass/fail timing
 
@@ -92,19 +92,10 @@ async def test_pods_of_other_schedulers_neither_trigger_nor_get_planned(
     cluster = InMemoryCluster()
     cluster.set_objects(doc)
     r = await make_repacker(cluster=cluster, debounce=0.0)
-    r.repack.on_unscheduled_list(await watch_once(cluster))
+    r.repack.on_unscheduled_list(await unscheduled_now(cluster))
     assert r.repack.trigger.unschedulable == 0 and await r.repack.tick() is None
     status, body = await r.post()
     assert status == 200 and body["status"] == "NO_IMPROVEMENT" and body["pending"] == []
-
-
-async def watch_once(cluster: InMemoryCluster) -> list[Any]:
-    got: list[Any] = []
-    task = asyncio.create_task(cluster.run_unscheduled_watch(got.extend, got.append))
-    await asyncio.sleep(0)
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    return got
 
 
 class RecordingRunner:
