@@ -61,6 +61,7 @@ def test_help_documents_the_repack_flags_with_their_environment_variables(
     with pytest.raises(SystemExit):
         main(["extender", "--help"])
     out = capsys.readouterr().out
-    for flag in ("--repack-mode", "--repack-debounce", "--repack-cooldown", "--repack-time-limit"):
+    flags = ("--repack-mode", "--repack-debounce", "--repack-cooldown", "--repack-time-limit")
+    for flag in (*flags, "--repack-workers"):
         assert flag in out, flag
         assert "CARICO_" + flag.lstrip("-").replace("-", "_").upper() in out
