@@ -11,12 +11,14 @@ both callbacks run on the event loop's thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from scheduler_ext.ledger import PENDING, PodState
 from scheduler_ext.pods import PodFacts
+from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 OnList = Callable[[list[PodState]], None]
 OnEvent = Callable[[PodState], None]
@@ -61,6 +63,9 @@ class InMemoryCluster:
         self.bindings: list[Binding] = []
         self._fail_next: list[str] = []
         self._watchers: list[OnEvent] = []
+        # What a repack lists: a kubectl-style List of Node, Pod and PodDisruptionBudget objects.
+        self.objects: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": []}
+        self._unscheduled_watchers: list[Callable[[list[Unscheduled]], None]] = []
 
     # -- driven by the owner ---------------------------------------------------------------
 
@@ -116,3 +121,37 @@ class InMemoryCluster:
 
     async def close(self) -> None:
         return None
+
+    # -- what a repack sees (``repack.service.RepackSource``) ------------------------------
+
+    def set_objects(self, document: Mapping[str, Any]) -> None:
+        """Replace the objects a repack lists; unbound pods in it feed the repack trigger."""
+        self.objects = json.loads(json.dumps(document))  # a copy the caller cannot change
+        pods = self._unscheduled()
+        for on_list in list(self._unscheduled_watchers):
+            on_list(pods)
+
+    def _unscheduled(self) -> list[Unscheduled]:
+        return [
+            unscheduled_from_object(item)
+            for item in self.objects.get("items") or []
+            if isinstance(item, dict)
+            and item.get("kind") == "Pod"
+            and not (item.get("spec") or {}).get("nodeName")
+        ]
+
+    async def list_for_repack(self) -> list[bytes]:
+        return [json.dumps(self.objects).encode()]
+
+    async def run_unscheduled_watch(
+        self,
+        on_list: Callable[[list[Unscheduled]], None],
+        on_event: Callable[[Unscheduled], None],
+    ) -> None:
+        """Every ``set_objects`` is delivered as a fresh list (``on_event`` is never called)."""
+        on_list(self._unscheduled())
+        self._unscheduled_watchers.append(on_list)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self._unscheduled_watchers.remove(on_list)
