@@ -92,11 +92,6 @@ def test_the_scheduler_image_is_the_pinned_kubernetes_release() -> None:
     assert values["scheduler"]["kubeScheduler"]["image"]["tag"] == pinned[0]
 
 
-# Environment variables the manifests set ahead of the component that reads them: the repack
-# trigger's flags (--repack-mode, --repack-debounce) arrive with the repacker's cluster mode.
-AHEAD_OF_THE_COMPONENT = {"CARICO_REPACK_MODE", "CARICO_REPACK_DEBOUNCE"}
-
-
 def _carico_containers() -> list[tuple[str, dict[str, Any]]]:
     base = manifests.parse_objects((REPO / "deploy/base/carico.yaml").read_text())
     found = []
@@ -129,7 +124,7 @@ def test_container_flags_and_environment_are_the_components_own(
     # parsed with the flag's type while the parser is built (above).
     parsed = parser.parse_args(flags)
     known = {env_name(a.option_strings[0]) for a in parser._actions if a.option_strings}
-    assert set(env) - known - {"NODE_NAME"} <= AHEAD_OF_THE_COMPONENT, where
+    assert set(env) - known - {"NODE_NAME"} == set(), where
     if command == "agent":
         assert parsed.proc_root == "/host/proc"
         assert {"NODE_NAME"} <= {e["name"] for e in container["env"]}
