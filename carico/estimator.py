@@ -8,12 +8,26 @@ Model: k ≈ c − p·n, with n the node's workload pods, c the signal of the em
   of n, where k̄ are means over settled windows. While n stays constant only c − p·n is observable,
   and two filters fed the same sample trade error between c and p; differencing separates them.
 
-Halting rules, each visible in the read-only state: no update during a churn hold (from the first
-pod event until ``hold_seconds`` after the last, covering the EMA's settling and one batch); none
-when k ≤ ε (the clamp at 0 censors the measurement, so a full node would teach a too-low cost); the
-cost filter is never updated from a window at n = 0; innovations beyond ``gate_sigmas``·√S are
-rejected, and after ``max_rejects`` consecutive rejects P is inflated (the workload changed);
-p̂ ≥ ``min_per_pod_cost`` > 0 and ĉ ≥ 0.
+Under **continuous churn** (a node running a Job changes its pod count several times a second) the
+hold never ends and no settled window ever comes. Inside holds a third filter, the **churn
+filter**, runs: a joint 2-state Kalman filter x = (c, p) with H = [1, −n̄], fed with n̄ the pod
+count lag-matched to the smoothed signal. The pod count varies between its observations, which
+separates c from p; it starts from ĉ, p̂ at each churn episode and hands its (c, p) back to the
+scalar filters once its observations span at least two pod counts and p is known to
+``churn_max_rel_std``. The unit of k is the fleet's typical workload, which moves with the model:
+``rescale`` keeps the state in the unit of the next k, ``new_line`` restarts the churn filter
+when another resource starts to limit k.
+
+Halting rules, each visible in the read-only state: no update of the scalar filters during a
+churn hold (from the first pod event until ``hold_seconds`` after the last, covering the EMA's
+settling and one batch; the churn filter takes those observations); none at all when k ≤ ε or
+the caller flags k as censored (the clamp at 0 censors the measurement, so a full node would
+teach a too-low cost); the cost is never learned from a window (or a churn observation) at n = 0;
+innovations beyond ``gate_sigmas``·√S are rejected, and after ``max_rejects`` consecutive rejects
+P is inflated (the workload changed); p̂ ≥ ``min_per_pod_cost`` > 0 and ĉ ≥ 0.
+
+A fleet prior that arrives during churn pivots the line where the churn filter saw it (or through
+the last observation): ĉ is stale while the capacity filter halts.
 
 Noise: R is the variance of k over a quiet window (constant n, no churn, uncensored), refreshed as
 windows complete; until then the configured ``noise_var``. Process noise follows from the wanted
@@ -156,6 +170,11 @@ class CostCapacityEstimator:
         self._j_lo = math.inf
         self._j_hi = -math.inf
         self._j_rejects = 0
+        self._j_wide = False
+        self._j_nsum = 0.0
+        self._j_count = 0
+        self._last_k = math.nan
+        self._last_nbar = 0.0
         self._churn_updates = 0
 
     # -- input --------------------------------------------------------------------------------
@@ -170,7 +189,26 @@ class CostCapacityEstimator:
             return False
         rel = self._prior_rel_std if rel_std is None else float(rel_std)
         _positive("rel_std", rel)
-        self._set_cost(max(float(per_pod_cost), self._min_p), (rel * per_pod_cost) ** 2)
+        p, p_var = max(float(per_pod_cost), self._min_p), (rel * per_pod_cost) ** 2
+        if self._churn_hold and math.isfinite(self._jc) and self._j_count > 0:
+            # Inside churn ĉ is stale (the capacity filter halts), but the churn filter knows
+            # where its line passes: at the mean pod count it saw. Pivot there, not at n.
+            n_ref = self._j_nsum / self._j_count
+            self._jc = max(self._jc + (p - self._jp) * n_ref, 0.0)
+            self._jcc += n_ref * n_ref * p_var
+            self._jp, self._jpp, self._jcp = p, p_var, 0.0
+            self._c, self._c_var = self._jc, self._jcc
+            self._p, self._p_var = p, p_var
+        elif self._churn_hold and math.isfinite(self._last_k):
+            # Nothing learned on the current line yet: the line through the last observation
+            # (a full node, k ≈ 0, then gets ĉ/p̂ ≈ n̄: no room, as it should).
+            n_ref = self._last_nbar
+            self._c = max(self._last_k + p * n_ref, 0.0)
+            self._c_var = self._r + n_ref * n_ref * p_var
+            self._p, self._p_var = p, p_var
+            self._jc = math.nan
+        else:
+            self._set_cost(p, p_var)
         self._cost_source = "fleet"
         return True
 
@@ -203,6 +241,17 @@ class CostCapacityEstimator:
         self._jc *= factor
         self._jp *= factor
         self._jcc, self._jcp, self._jpp = self._jcc * f2, self._jcp * f2, self._jpp * f2
+
+    def new_line(self) -> None:
+        """Another resource now limits k: k(n) continues on another line.
+
+        k is the minimum over resources of (1 − y_j)/w_j, so k(n) is a concave broken line: on an
+        idle node memory may limit k (a nearly flat line in n) and CPU once pods run (a steep
+        one). Observations from before the break would bend the churn filter's line; it restarts
+        from p̂ with ĉ as a wide guess (the empty node's k on the new line is not yet known).
+        """
+        self._jc = math.nan
+        self._j_wide = True
 
     def observe(
         self,
@@ -238,6 +287,8 @@ class CostCapacityEstimator:
             raise ValueError(f"pods_lagged must be a finite number >= 0, got {pods_lagged}")
         self._now = float(now)
         self._observations += 1
+        self._last_k = float(k)
+        self._last_nbar = float(pods) if pods_lagged is None else float(pods_lagged)
         if self._n is not None and pods != self._n:
             self._on_event(pods)
             churn = True
@@ -367,9 +418,13 @@ class CostCapacityEstimator:
             else:
                 self._jc = k + self._p * n
                 self._jcc = self._r + (n * self._p * self._prior_rel_std) ** 2
+            if self._j_wide:
+                self._jcc = max(self._jcc, (self._prior_rel_std * self._jc) ** 2)
+                self._j_wide = False
             self._jp, self._jpp, self._jcp = self._p, self._p_var, 0.0
             self._j_lo, self._j_hi = math.inf, -math.inf
             self._j_rejects = 0
+            self._j_nsum, self._j_count = 0.0, 0
         c, p = self._jc, self._jp
         self._jcc += self._drift2 * c * c
         self._jpp += self._drift2 * p * p
@@ -396,6 +451,8 @@ class CostCapacityEstimator:
         self._jcp -= g_c * ph_p
         self._jpp -= g_p * ph_p
         self._j_lo, self._j_hi = min(self._j_lo, n), max(self._j_hi, n)
+        self._j_nsum += n
+        self._j_count += 1
         self._churn_updates += 1
         if self._j_hi - self._j_lo >= self._min_span and (
             self._jpp <= self._max_rel_var * self._jp**2
