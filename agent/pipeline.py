@@ -131,7 +131,7 @@ class AgentPipeline:
         self._last_event = -math.inf
         self._psi_available = True
         self._y: list[float] = [math.nan] * d
-        self._w: np.ndarray | None = None  # the expected workload of the last batch
+        self._w: np.ndarray | None = None  # the expected workload in the estimator's unit
         self._j = -1  # the resource that limited k at the last batch
         # pod counts of the last samples, oldest first, for the lag-matched count
         self._pod_history: deque[int] = deque(maxlen=self.config.pods_lag_samples + 3)
@@ -253,10 +253,16 @@ class AgentPipeline:
             # While the same resource limits k, a model update only changes k's unit; when
             # another resource takes over, k(n) continues on another line.
             if self._w is not None and j == self._j and self._w[j] > 0.0:
-                est.rescale(float(self._w[j] / w[j]))
-            elif self._j >= 0 and j != self._j:
-                est.new_line()
-            self._w, self._j = w, j
+                # Against the unit of the last rescale, so that small changes add up; a change
+                # under 1 % (the noise of a steady model) leaves the estimator's state alone.
+                factor = float(self._w[j] / w[j])
+                if abs(factor - 1.0) > 0.01:
+                    est.rescale(factor)
+                    self._w = w
+            else:
+                if self._j >= 0:
+                    est.new_line()
+                self._w, self._j = w, j
         est.observe(now, k, pods, churn, censored=censored, pods_lagged=self._lagged_pods())
 
         mode = est.suggested_mode

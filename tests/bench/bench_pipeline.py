@@ -83,11 +83,15 @@ def run_pipeline(samples: np.ndarray, pods: np.ndarray, churn: np.ndarray) -> fl
             used = w > 0.0
             censored = bool(np.any(level[used] >= 0.97))
             j = int(np.flatnonzero(used)[np.argmin((1.0 - level[used]) / w[used])])
-            if w_prev is not None and j == j_prev:
-                est.rescale(float(w_prev[j] / w[j]))
-            elif j_prev >= 0 and j != j_prev:
-                est.new_line()
-            w_prev, j_prev = w, j
+            if w_prev is not None and j == j_prev and w_prev[j] > 0.0:
+                factor = float(w_prev[j] / w[j])
+                if abs(factor - 1.0) > 0.01:
+                    est.rescale(factor)
+                    w_prev = w
+            else:
+                if j_prev >= 0:
+                    est.new_line()
+                w_prev, j_prev = w, j
             lagged = float(pods[second])  # counts change on whole seconds: 0.4 s ago, the same
             est.observe(
                 float(second),
