@@ -8,12 +8,26 @@ Model: k ≈ c − p·n, with n the node's workload pods, c the signal of the em
   of n, where k̄ are means over settled windows. While n stays constant only c − p·n is observable,
   and two filters fed the same sample trade error between c and p; differencing separates them.
 
-Halting rules, each visible in the read-only state: no update during a churn hold (from the first
-pod event until ``hold_seconds`` after the last, covering the EMA's settling and one batch); none
-when k ≤ ε (the clamp at 0 censors the measurement, so a full node would teach a too-low cost); the
-cost filter is never updated from a window at n = 0; innovations beyond ``gate_sigmas``·√S are
-rejected, and after ``max_rejects`` consecutive rejects P is inflated (the workload changed);
-p̂ ≥ ``min_per_pod_cost`` > 0 and ĉ ≥ 0.
+Under **continuous churn** (a node running a Job changes its pod count several times a second) the
+hold never ends and no settled window ever comes. Inside holds a third filter, the **churn
+filter**, runs: a joint 2-state Kalman filter x = (c, p) with H = [1, −n̄], fed with n̄ the pod
+count lag-matched to the smoothed signal. The pod count varies between its observations, which
+separates c from p; it starts from ĉ, p̂ at each churn episode and hands its (c, p) back to the
+scalar filters once its observations span at least two pod counts and p is known to
+``churn_max_rel_std``. The unit of k is the fleet's typical workload, which moves with the model:
+``rescale`` keeps the state in the unit of the next k, ``new_line`` restarts the churn filter
+when another resource starts to limit k.
+
+Halting rules, each visible in the read-only state: no update of the scalar filters during a
+churn hold (from the first pod event until ``hold_seconds`` after the last, covering the EMA's
+settling and one batch; the churn filter takes those observations); none at all when k ≤ ε or
+the caller flags k as censored (the clamp at 0 censors the measurement, so a full node would
+teach a too-low cost); the cost is never learned from a window (or a churn observation) at n = 0;
+innovations beyond ``gate_sigmas``·√S are rejected, and after ``max_rejects`` consecutive rejects
+P is inflated (the workload changed); p̂ ≥ ``min_per_pod_cost`` > 0 and ĉ ≥ 0.
+
+A fleet prior that arrives during churn pivots the line where the churn filter saw it (or through
+the last observation): ĉ is stale while the capacity filter halts.
 
 Noise: R is the variance of k over a quiet window (constant n, no churn, uncensored), refreshed as
 windows complete; until then the configured ``noise_var``. Process noise follows from the wanted
@@ -68,6 +82,10 @@ class CostCapacityEstimator:
         max_rejects: int = 5,
         max_cost_rejects: int = 2,
         min_per_pod_cost: float = 1e-6,
+        churn_drift: float = 0.025,
+        churn_lag_pods: float = 1.0,
+        churn_min_span: float = 1.0,
+        churn_max_rel_std: float = 0.2,
     ) -> None:
         _positive("prior_per_pod_cost", prior_per_pod_cost)
         _positive("prior_rel_std", prior_rel_std)
@@ -77,6 +95,10 @@ class CostCapacityEstimator:
         _positive("eps", eps, allow_zero=True)
         _positive("gate_sigmas", gate_sigmas)
         _positive("min_per_pod_cost", min_per_pod_cost)
+        _positive("churn_drift", churn_drift, allow_zero=True)
+        _positive("churn_lag_pods", churn_lag_pods, allow_zero=True)
+        _positive("churn_min_span", churn_min_span)
+        _positive("churn_max_rel_std", churn_max_rel_std)
         for name, gain in (("capacity_gain", capacity_gain), ("cost_gain", cost_gain)):
             if not 0.0 < gain < 1.0:
                 raise ValueError(f"{name} must be in (0, 1), got {gain}")
@@ -103,6 +125,10 @@ class CostCapacityEstimator:
         self._max_rejects = max_rejects
         self._max_cost_rejects = max_cost_rejects
         self._min_p = float(min_per_pod_cost)
+        self._drift2 = float(churn_drift) ** 2
+        self._lag_pods = float(churn_lag_pods)
+        self._min_span = float(churn_min_span)
+        self._max_rel_var = float(churn_max_rel_std) ** 2
 
         # noise: R and the lag-1 autocorrelation ρ of k, from quiet windows
         self._r = float(noise_var)
@@ -138,6 +164,19 @@ class CostCapacityEstimator:
         self._observations = 0
         self._updates = 0
 
+        # churn filter: joint (c, p) with H = [1, −n̄], run only inside churn holds
+        self._jc = self._jp = math.nan
+        self._jcc = self._jcp = self._jpp = 0.0
+        self._j_lo = math.inf
+        self._j_hi = -math.inf
+        self._j_rejects = 0
+        self._j_wide = False
+        self._j_nsum = 0.0
+        self._j_count = 0
+        self._last_k = math.nan
+        self._last_nbar = 0.0
+        self._churn_updates = 0
+
     # -- input --------------------------------------------------------------------------------
 
     def set_prior(self, per_pod_cost: float, rel_std: float | None = None) -> bool:
@@ -150,17 +189,92 @@ class CostCapacityEstimator:
             return False
         rel = self._prior_rel_std if rel_std is None else float(rel_std)
         _positive("rel_std", rel)
-        self._set_cost(max(float(per_pod_cost), self._min_p), (rel * per_pod_cost) ** 2)
+        p, p_var = max(float(per_pod_cost), self._min_p), (rel * per_pod_cost) ** 2
+        if self._churn_hold and math.isfinite(self._jc) and self._j_count > 0:
+            # Inside churn ĉ is stale (the capacity filter halts), but the churn filter knows
+            # where its line passes: at the mean pod count it saw. Pivot there, not at n.
+            n_ref = self._j_nsum / self._j_count
+            self._jc = max(self._jc + (p - self._jp) * n_ref, 0.0)
+            self._jcc += n_ref * n_ref * p_var
+            self._jp, self._jpp, self._jcp = p, p_var, 0.0
+            self._c, self._c_var = self._jc, self._jcc
+            self._p, self._p_var = p, p_var
+        elif self._churn_hold and math.isfinite(self._last_k):
+            # Nothing learned on the current line yet: the line through the last observation
+            # (a full node, k ≈ 0, then gets ĉ/p̂ ≈ n̄: no room, as it should).
+            n_ref = self._last_nbar
+            self._c = max(self._last_k + p * n_ref, 0.0)
+            self._c_var = self._r + n_ref * n_ref * p_var
+            self._p, self._p_var = p, p_var
+            self._jc = math.nan
+        else:
+            self._set_cost(p, p_var)
         self._cost_source = "fleet"
         return True
 
-    def observe(self, now: float, k: float, pods: int, churn: bool) -> None:
+    def rescale(self, factor: float) -> None:
+        """The unit of k changed: what was 1 is now ``factor`` (state in k units follows).
+
+        k counts typical workloads w = σ₁u₁ of the fleet's model, and w moves with the model:
+        when an idle fleet starts a Job, σ₁ grows several-fold within seconds, so the same pod
+        costs fewer typical workloads. The caller knows w before and after a model update; with
+        j the resource that limits k, one old unit is w_old[j]/w_new[j] new units. Rescaling
+        ĉ, p̂, their variances, R and the windows keeps every estimate in the unit of the next k
+        (avail, a ratio of two of them, does not change).
+        """
+        if not (math.isfinite(factor) and factor > 0):
+            raise ValueError(f"factor must be a finite number > 0, got {factor!r}")
+        if factor == 1.0:
+            return
+        f2 = factor * factor
+        self._c *= factor
+        self._c_var *= f2
+        self._p = max(self._p * factor, self._min_p)
+        self._p_var *= f2
+        self._r = max(self._r * f2, self._min_noise_var)
+        self._window_vars = deque(((v * f2, c * f2) for v, c in self._window_vars), maxlen=10)
+        self._window = deque((v * factor for v in self._window), maxlen=self._window_size)
+        self._quiet = deque((v * factor for v in self._quiet), maxlen=self._quiet.maxlen)
+        if self._before is not None:
+            n, mean, count = self._before
+            self._before = (n, mean * factor, count)
+        self._jc *= factor
+        self._jp *= factor
+        self._jcc, self._jcp, self._jpp = self._jcc * f2, self._jcp * f2, self._jpp * f2
+
+    def new_line(self) -> None:
+        """Another resource now limits k: k(n) continues on another line.
+
+        k is the minimum over resources of (1 − y_j)/w_j, so k(n) is a concave broken line: on an
+        idle node memory may limit k (a nearly flat line in n) and CPU once pods run (a steep
+        one). Observations from before the break would bend the churn filter's line; it restarts
+        from p̂ with ĉ as a wide guess (the empty node's k on the new line is not yet known).
+        """
+        self._jc = math.nan
+        self._j_wide = True
+
+    def observe(
+        self,
+        now: float,
+        k: float,
+        pods: int,
+        churn: bool,
+        *,
+        censored: bool = False,
+        pods_lagged: float | None = None,
+    ) -> None:
         """One observation: the signal ``k`` at time ``now`` with ``pods`` workload pods running.
 
         ``churn`` is true while a pod event is in progress: a containerd/cgroup hint, or the
         Dynamic EMA not yet settled (``not ema.settled``). A change of ``pods`` also starts the
         churn hold. The hold lasts until ``hold_seconds`` after the last such observation (2.5 s by
         default: the EMA's settling after a start-up burst plus one 1 s batch).
+
+        ``censored`` says the caller knows k sits at its floor although it is above ε (the
+        telemetry of a full node is clipped at 1, so its smoothed level stops a little short of
+        it). ``pods_lagged`` is the pod count as the smoothed signal sees it (the count some
+        hundreds of ms ago, matched to the EMA's delay); only the churn filter uses it, and
+        ``pods`` stands in for it when it is not given.
         """
         if not math.isfinite(now) or now < self._now:
             raise ValueError(f"now must be finite and non-decreasing, got {now} after {self._now}")
@@ -169,8 +283,12 @@ class CostCapacityEstimator:
         if isinstance(pods, bool) or int(pods) != pods or pods < 0:
             raise ValueError(f"pods must be an integer >= 0, got {pods!r}")
         pods = int(pods)
+        if pods_lagged is not None and not (math.isfinite(pods_lagged) and pods_lagged >= 0):
+            raise ValueError(f"pods_lagged must be a finite number >= 0, got {pods_lagged}")
         self._now = float(now)
         self._observations += 1
+        self._last_k = float(k)
+        self._last_nbar = float(pods) if pods_lagged is None else float(pods_lagged)
         if self._n is not None and pods != self._n:
             self._on_event(pods)
             churn = True
@@ -185,9 +303,11 @@ class CostCapacityEstimator:
         if math.isfinite(self._c_var):
             self._c_var += q_c
         self._churn_hold = now < self._hold_until
-        self._censored = k <= self._eps
+        self._censored = censored or k <= self._eps
         self._gated = False
         if self._churn_hold:
+            if not self._censored:
+                self._update_churn(k, float(pods) if pods_lagged is None else pods_lagged)
             return
         if self._censored:
             # A censored sample cannot belong to a settled window: start the window afresh.
@@ -205,6 +325,8 @@ class CostCapacityEstimator:
 
     def _on_event(self, pods: int) -> None:
         """A pod event begins: keep the settled window before it as the 'before' side."""
+        if not self._churn_hold:
+            self._jc = math.nan  # a new churn episode: the churn filter starts from ĉ, p̂
         self._quiet.clear()
         if len(self._window) >= self._min_window and self._n is not None:
             if self._before is not None and self._before[0] != self._n:
@@ -269,6 +391,75 @@ class CostCapacityEstimator:
         self._set_cost(max(self._p + gain * nu, self._min_p), p_var * (1.0 - gain))
         self._cost_source = "learned"
         self._cost_updates += 1
+
+    def _update_churn(self, k: float, n: float) -> None:
+        """The churn filter: one observation of k = c − p·n̄ inside a churn hold.
+
+        Under continuous churn (a node of a running Job changes its pod count several times a
+        second) the hold never ends and the differenced update never gets its settled windows.
+        The pod count then varies from one observation to the next, and a joint 2-state filter
+        x = (c, p) with H = [1, −n̄] separates c from p by that variation. It starts from the
+        scalar filters' ĉ, p̂ at the first event of the episode (no cross-covariance), so what the
+        settled windows taught is its prior; it hands its (c, p) back to them only once its
+        observations span ``churn_min_span`` pods and p's relative std is at most
+        ``churn_max_rel_std`` (a constant n̄ cannot separate them, and a churn that does settle
+        leaves the learning to the differenced update). Measurement noise: R plus
+        (``churn_lag_pods``·p)², the error of a pod count that is one pod out of step with the
+        smoothed signal. Each observation, c and p walk by ``churn_drift`` of their value: the
+        unit of k is the fleet's typical workload, which moves with the model (half-life 30 s:
+        ln 2/30 ≈ 2.3 % a second at most). Gate, reject count, P inflation and clamps as for
+        the capacity filter; never an observation at n̄ = 0.
+        """
+        if n <= 0.0:
+            return
+        if not math.isfinite(self._jc):
+            if math.isfinite(self._c):
+                self._jc, self._jcc = self._c, self._c_var
+            else:
+                self._jc = k + self._p * n
+                self._jcc = self._r + (n * self._p * self._prior_rel_std) ** 2
+            if self._j_wide:
+                self._jcc = max(self._jcc, (self._prior_rel_std * self._jc) ** 2)
+                self._j_wide = False
+            self._jp, self._jpp, self._jcp = self._p, self._p_var, 0.0
+            self._j_lo, self._j_hi = math.inf, -math.inf
+            self._j_rejects = 0
+            self._j_nsum, self._j_count = 0.0, 0
+        c, p = self._jc, self._jp
+        self._jcc += self._drift2 * c * c
+        self._jpp += self._drift2 * p * p
+        r = self._r + (self._lag_pods * p) ** 2
+        nu = k - (c - p * n)
+        ph_c = self._jcc - n * self._jcp  # P·Hᵀ
+        ph_p = self._jcp - n * self._jpp
+        hph = ph_c - n * ph_p
+        s = hph + r
+        if nu * nu > self._gate2 * s:
+            self._j_rejects += 1
+            if self._j_rejects < self._max_rejects:
+                return
+            # Several rejects in a row: the line moved. Widen P so this sample passes.
+            f = nu * nu / hph if hph > 0 else 1.0
+            self._jcc, self._jcp, self._jpp = self._jcc * f, self._jcp * f, self._jpp * f
+            ph_c, ph_p, hph = ph_c * f, ph_p * f, hph * f
+            s = hph + r
+        self._j_rejects = 0
+        g_c, g_p = ph_c / s, ph_p / s
+        self._jc = max(c + g_c * nu, 0.0)
+        self._jp = max(p + g_p * nu, self._min_p)
+        self._jcc -= g_c * ph_c
+        self._jcp -= g_c * ph_p
+        self._jpp -= g_p * ph_p
+        self._j_lo, self._j_hi = min(self._j_lo, n), max(self._j_hi, n)
+        self._j_nsum += n
+        self._j_count += 1
+        self._churn_updates += 1
+        if self._j_hi - self._j_lo >= self._min_span and (
+            self._jpp <= self._max_rel_var * self._jp**2
+        ):
+            self._c, self._c_var = self._jc, self._jcc
+            self._p, self._p_var = self._jp, self._jpp
+            self._cost_source = "learned"
 
     def _set_cost(self, p: float, p_var: float) -> None:
         """Change p̂ and keep the capacity line through the current operating point.
@@ -356,6 +547,11 @@ class CostCapacityEstimator:
     def cost_updates(self) -> int:
         """Accepted differenced cost measurements so far."""
         return self._cost_updates
+
+    @property
+    def churn_updates(self) -> int:
+        """Observations the churn filter took (inside churn holds)."""
+        return self._churn_updates
 
     @property
     def last_cost_measurement(self) -> float:

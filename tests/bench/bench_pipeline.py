@@ -60,6 +60,8 @@ def run_pipeline(samples: np.ndarray, pods: np.ndarray, churn: np.ndarray) -> fl
     est = CostCapacityEstimator()
     batch = np.empty((dims, RATE_HZ))
     local: SubspaceModel | None = None
+    w_prev: np.ndarray | None = None
+    j_prev = -1
     k = 0.0
     for i in range(samples.shape[0]):
         level = ema.update(samples[i].copy())
@@ -74,7 +76,31 @@ def run_pipeline(samples: np.ndarray, pods: np.ndarray, churn: np.ndarray) -> fl
             )
             merged = SubspaceModel.merge(glob, local, FLEET_NODES - 1, 1)
             k = capacity_signal(level, merged)
-            est.observe(float(second), k, int(pods[second]), bool(churn[second]) or not ema.settled)
+            # what agent.pipeline adds around the estimator: censoring near full, the change of
+            # k's unit or limiting resource, the lag-matched pod count
+            sigma1, u1 = merged.top()
+            w = sigma1 * u1
+            used = w > 0.0
+            censored = bool(np.any(level[used] >= 0.97))
+            j = int(np.flatnonzero(used)[np.argmin((1.0 - level[used]) / w[used])])
+            if w_prev is not None and j == j_prev and w_prev[j] > 0.0:
+                factor = float(w_prev[j] / w[j])
+                if abs(factor - 1.0) > 0.01:
+                    est.rescale(factor)
+                    w_prev = w
+            else:
+                if j_prev >= 0:
+                    est.new_line()
+                w_prev, j_prev = w, j
+            lagged = float(pods[second])  # counts change on whole seconds: 0.4 s ago, the same
+            est.observe(
+                float(second),
+                k,
+                int(pods[second]),
+                bool(churn[second]) or not ema.settled,
+                censored=censored,
+                pods_lagged=lagged,
+            )
             est.avail(k, int(pods[second]), est.suggested_mode)
     return k
 

@@ -141,3 +141,39 @@ def test_no_report_before_any_telemetry() -> None:
     pipe = AgentPipeline(NAMES)
     _, reports = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=0, missing=True)
     assert reports == [] and pipe.local is None and pipe.batches == 2
+
+
+def test_a_resource_at_its_floor_is_censored_and_reads_full() -> None:
+    """Clipped noise keeps the smoothed CPU of a full node a little under 1, so k stays a little
+    above 0; within ``censor_headroom`` of full the estimator is told the sample is censored and
+    live avail is 0, not k/p̂ (which with a small p̂ would offer several pods)."""
+    pipe = AgentPipeline(NAMES, PipelineConfig(prior_per_pod_cost=0.001))
+    t, _ = drive(pipe, 0.0, 5.0, (0.5, 0.2), pods=8)
+    t, _ = drive(pipe, t, 5.0, (0.985, 0.2), pods=8)  # the EMA reaches the new level
+    updates = pipe.estimator.capacity_updates
+    _, reports = drive(pipe, t, 20.0, (0.985, 0.2), pods=8)
+    last = reports[-1]
+    assert last.k > 0.0  # the signal itself is not at its clamp
+    assert pipe.estimator.censored and last.mode == "live" and last.avail == 0.0
+    assert pipe.estimator.capacity_updates == updates  # a censored sample teaches nothing
+
+
+def test_the_estimator_follows_a_change_of_the_models_unit() -> None:
+    """The global model's typical workload doubles along the limiting resource: k halves for the
+    same telemetry, and the estimator's ĉ and p̂ halve with it instead of being gated and
+    relearned; avail, a count of pods, is unchanged."""
+    pipe = AgentPipeline(NAMES, PipelineConfig(prior_per_pod_cost=0.05))
+    small = SubspaceModel.from_batch(np.tile([[0.2], [0.1]], (1, 10)))
+    pipe.set_global(GlobalView(small, 50, 0.0))
+    t, before = drive(pipe, 0.0, 5.0, (0.3, 0.2), pods=4)
+    r0 = before[-1]
+    big = SubspaceModel.from_batch(np.tile([[0.4], [0.2]], (1, 10)))  # same direction, σ₁ × 2
+    pipe.set_global(GlobalView(big, 50, t))
+    _, after = drive(pipe, t, 2.0, (0.3, 0.2), pods=4)
+    r1 = after[-1]
+    ratio = r1.k / r0.k
+    assert 0.45 < ratio < 0.6  # the merged model's w grew by ≈ 49/50·2 + 1/50
+    assert r1.per_pod_cost == pytest.approx(r0.per_pod_cost * ratio, rel=0.02)
+    assert r1.capacity == pytest.approx(r0.capacity * ratio, rel=0.02)
+    assert r1.avail == pytest.approx(r0.avail, rel=0.02)
+    assert not pipe.estimator.gated
