@@ -43,10 +43,12 @@ def _node_best(
     active: Sequence[int],
     upper: dict[int, int],
     pi: dict[int, float],
+    until: float,
+    clock: Callable[[], float],
 ) -> tuple[float, dict[int, int] | None, float]:
     """max over patterns a of node n of sum_c pi_c a_c + MOVE_COST * min(a_c, current_c): an
-    upper bound on it (exact unless the knapsack search hit its limit), the best pattern found
-    and that pattern's value."""
+    upper bound on it (exact unless the knapsack search hit its limit or ``until``), the best
+    pattern found and that pattern's value."""
     values: list[float] = []
     weights: list[tuple[int, ...]] = []
     limits: list[int] = []
@@ -70,7 +72,14 @@ def _node_best(
         total = float(sum(v * k for v, k in zip(values, counts, strict=True)))
         return total, _pattern(owner, counts), total
     found = knapsack(
-        values, weights, limits, problem.capacity[n], node_limit=NODE_LIMIT, partial=True
+        values,
+        weights,
+        limits,
+        problem.capacity[n],
+        node_limit=NODE_LIMIT,
+        partial=True,
+        until=until,
+        clock=clock,
     )
     if found is None:  # not reached with partial=True
         return float(sum(v * k for v, k in zip(values, limits, strict=True))), None, 0.0
@@ -208,7 +217,7 @@ def disruption_bound(
         for n in nodes:
             if clock() >= deadline:
                 return _ceil(best)
-            value, pattern, found = _node_best(problem, n, active, upper[n], pi)
+            value, pattern, found = _node_best(problem, n, active, upper[n], pi, deadline, clock)
             bound += MOVE_COST * on_node[n] - value
             inexact += value > found + EPS
             # reduced cost of the pattern: its cost - pi.a - mu_n = on_node - found - mu_n

@@ -35,6 +35,8 @@ from scheduler_ext.repack.heuristics import tier_value
 NEIGHBOURHOOD = 3
 # share of the disrupt phase's neighbourhoods built around a move (the rest are random)
 LINKED_SHARE = 0.7
+# largest random tie-break weight of a refill's counts (place mode)
+NOISE = 3
 # seconds for one neighbourhood (most are solved or given up well before)
 SUB_LIMIT = 0.05
 
@@ -68,7 +70,7 @@ def improve(
             break
         chosen = _neighbourhood(problem, walk, own, nodes, rng, keep_placed)
         found = _refill(
-            problem, walk, own, settled, chosen, min(SUB_LIMIT, until - clock()), keep_placed
+            problem, walk, own, settled, chosen, min(SUB_LIMIT, until - clock()), keep_placed, rng
         )
         if found is None:
             continue
@@ -116,6 +118,7 @@ def _refill(
     chosen: Sequence[int],
     seconds: float,
     keep_placed: bool,
+    rng: random.Random,
 ) -> Assignment | None:
     """The best refill of the ``chosen`` nodes with the tier's pods, or None."""
     if seconds <= 0.001:
@@ -212,10 +215,17 @@ def _refill(
             weight * placed + MOVE_COST * sum(stays) - (EVICT_COST - MOVE_COST) * sum(evicted)
         )
     else:
-        m.maximize(placed)
+        # placed pods first; random small weights break the ties so that equal refills differ
+        # from the incumbent and the walk moves across the plateau
+        noise = {key: rng.randint(0, NOISE) for key in v}
+        top = 1 + NOISE * sum(int(var.proto.domain[-1]) for var in v.values())
+        m.maximize(top * placed + sum(noise[key] * var for key, var in v.items()))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = seconds
     solver.parameters.num_workers = 1
+    # the refills are tiny: presolve costs more than it saves (measured: fewer refills without
+    # any answer inside SUB_LIMIT on a loaded machine)
+    solver.parameters.cp_model_presolve = False
     if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
     out = [list(row) for row in x]

@@ -10,10 +10,12 @@ Every phase starts from an incumbent: the previous phase's solution completed fo
 the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
 phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
-not prove quickly gets the pattern-LP bound of ``bounds`` (used as a cut, and as a proof when the
-incumbent meets it) and a price-and-branch packing from the generated patterns. A disrupt phase
-of the class formulation first gets the per-node pattern-LP lower bound of ``disruption_bound``
-(a proof when the incumbent meets it), then one search with that bound as a cut.
+not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
+tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
+when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
+disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
+``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
+an LNS that undoes moves, then one search with that bound as a cut.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -46,7 +48,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
-from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
+from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, build_phase_model
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -64,6 +66,8 @@ Clock = Callable[[], float]
 BOUND_SHARE = 0.3
 # with pattern bounds, a place phase first tries this share of its time without them
 QUICK_SHARE = 0.15
+# a disrupt phase of the class formulation first searches for this share of its time
+QUICK_DISRUPT_SHARE = 0.3
 PACK_SHARE = 0.2
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
@@ -73,7 +77,7 @@ HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
 PLACE_WEIGHT = 2
 # a disrupt phase with less time than this goes straight to the search (the bound would starve it)
-MIN_BOUND_SECONDS = 0.5
+MIN_BOUND_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -157,6 +161,7 @@ class _Phases:
         self.weights = [w for s in sizes for w in (PLACE_WEIGHT * s, s)]
         self.index = 0
         self.reports: list[PhaseReport] = []
+        self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -182,18 +187,26 @@ class _Phases:
             and maximise
             and not fixes
         )
-        pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        if cut is not None and maximise:
-            pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
         # placed first, disruption as tie-break: placed weighs more than the largest disruption
         weight = 1
         if maximise and self.options.tie_break:
             weight += EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
-            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
-        elif maximise:
-            pm.model.maximize(pm.placed_ge(tier))
+        # a disrupt phase searches twice on the same model (its cut is a callback, not a
+        # constraint): building it once saves a large share of a short budget
+        key = (tier, maximise, tuple(fixes))
+        if self._built is not None and self._built[0] == key and not maximise:
+            pm = self._built[1]
         else:
-            pm.model.minimize(pm.disruption_ge(tier))
+            pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+            if cut is not None and maximise:
+                pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
+            if maximise and self.options.tie_break:
+                pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
+            elif maximise:
+                pm.model.maximize(pm.placed_ge(tier))
+            else:
+                pm.model.minimize(pm.disruption_ge(tier))
+            self._built = (key, pm)
         pm.hint(hint)
         solver = cp_model.CpSolver()
         # the model build counts against the time
@@ -248,12 +261,29 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        if use_bounds and not maximise and incumbent is not None and seconds >= MIN_BOUND_SECONDS:
-            # disruption: the per-node pattern LP first (it either proves the incumbent or stalls
-            # quickly), then one search with its bound as a cut, so the search is never restarted
-            starts = [x for x in (incumbent, hint) if _satisfies(problem, x, fixes, tier)]
+        if use_bounds and not maximise and incumbent is not None:
+            # disruption: a short search first (on the class model it often proves the phase
+            # outright, faster than any bound)
+            status, found, raw, _ = self._cp(
+                tier, False, fixes, hint, QUICK_DISRUPT_SHARE * seconds, None
+            )
+            best = better(found, best)
+            if raw is not None:
+                bound = max(bound, raw)
+            if best is not None and value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, value(best), value(best), False)
+                return best, value(best), True
+            hint = best if best is not None else hint
+        if use_bounds and not maximise and best is not None and seconds >= MIN_BOUND_SECONDS:
+            # then the per-node pattern LP (it either proves the incumbent or stalls quickly),
+            # then one search with its bound as a cut, so the search is never restarted
+            starts = [
+                x
+                for x in (best, incumbent)
+                if x is not None and _satisfies(problem, x, fixes, tier)
+            ]
             lower, packed = self._patterns(
-                tier, False, fixes, starts, BOUND_SHARE * seconds, value(incumbent), deadline
+                tier, False, fixes, starts, BOUND_SHARE * seconds, value(best), deadline
             )
             bound = cut = max(bound, lower or 0)
             best = better(packed, best)
@@ -274,6 +304,11 @@ class _Phases:
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
+        # large clusters: the quick search almost never proves a place phase there, so LNS
+        # comes first (on small ones the quick search often proves it outright)
+        lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
+        if lns_first and best is not None:
+            best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
         status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
@@ -282,7 +317,13 @@ class _Phases:
         best = better(found, best)
         if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
             bound = min(bound, (raw + weight - 1) // weight) if maximise else max(bound, raw)
-        if use_patterns and status != cp_model.OPTIMAL and best is not None and value(best) < bound:
+        if (
+            use_patterns
+            and not lns_first
+            and status != cp_model.OPTIMAL
+            and best is not None
+            and value(best) < bound
+        ):
             # not proven quickly: large-neighbourhood search on the tier's pods finds the
             # packings the whole-model search misses on interchangeable nodes
             best = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
