@@ -1,17 +1,21 @@
-"""Large-neighbourhood search on a tier's own pods: a primal heuristic for both phases.
+"""Large-neighbourhood search on a tier's pods: a primal heuristic for both phases.
 
 On identical nodes the place phase is a max-cardinality vector bin packing, where CP-SAT's
 search on the whole model rarely improves a greedy start within seconds (its bound is weak and
 the nodes are interchangeable). Here a few nodes at a time are emptied of the tier's pods and
-refilled, together with the tier's unplaced pods, by a tiny exact CP-SAT model: most placed pods
-first, then most pods staying where they run, then fewest evictions. The new assignment is kept
-when it is at least as good for the tier (placed, then less disruption) and passes
-``classes.feasible``; equal moves let the search drift across plateaus.
+refilled, together with the tier's unplaced pods, by a tiny CP-SAT model (one worker, a short
+wall limit). Place mode: most placed pods, ties broken by small random weights, and the walk
+takes any refill that places no fewer pods, so it drifts across plateaus; the best assignment
+seen (placed, then less disruption) is returned. Disrupt mode (``keep_placed``): each refill
+keeps its placed count and maximises pods staying where they run, minus evictions; most
+neighbourhoods hold a node a pod left and a node where its class arrived. Every assignment kept
+passes ``classes.feasible`` (capacities, eligibility, PDB budgets).
 
-Only classes of the tier itself change, so every value fixed for the higher tiers (their placed
-counts and disruption) holds unchanged. Neighbours: the random node sets come from a seeded
-generator, so a run is repeatable for a given number of iterations. Pure: the clock is a
-parameter. Neighbours: ``heuristics`` (the starts), ``solver`` (which calls this).
+Higher tiers: their pods that stay where they run keep staying, and their placed counts per
+class do not change; only their moved or newly placed pods may trade places inside a
+neighbourhood. So every value fixed for the higher tiers holds. The node sets come from a
+seeded generator; the sub-solves' wall limit makes results depend on machine load. Pure: the
+clock is a parameter. Neighbours: ``heuristics`` (the starts), ``solver`` (which calls this).
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.heuristics import tier_value
 
-# nodes freed per neighbourhood: 2 is proven optimal quickly, 4 rarely within the sub-limit
+# nodes freed per neighbourhood (measured on 16-32 nodes: 2 improved less often, 4 mostly got no
+# answer within SUB_LIMIT on a loaded machine)
 NEIGHBOURHOOD = 3
 # share of the disrupt phase's neighbourhoods built around a move (the rest are random)
 LINKED_SHARE = 0.7
 # largest random tie-break weight of a refill's counts (place mode)
 NOISE = 3
-# seconds for one neighbourhood (most are solved or given up well before)
+# wall seconds for one refill; its best answer by then is used (it need not be proven)
 SUB_LIMIT = 0.05
 
 
