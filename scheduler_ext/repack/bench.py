@@ -63,6 +63,7 @@ class Run:
     before: tuple[int, ...]
     seconds: float
     proven: bool
+    cpu: float  # process CPU seconds (all CP-SAT threads): cpu/seconds shows the contention
 
 
 def _runs(
@@ -75,7 +76,9 @@ def _runs(
 ) -> list[Run]:
     out = []
     for limit, form in product(limits, forms):
+        cpu = time.process_time()
         plan = solve(snap, SolveOptions(time_limit=limit, formulation=form, workers=workers))
+        cpu = time.process_time() - cpu
         out.append(
             Run(
                 cell.name,
@@ -87,6 +90,7 @@ def _runs(
                 plan.before.vector,
                 plan.solve_seconds,
                 plan.optimal and plan.status != "ERROR",
+                cpu,
             )
         )
     return out
@@ -150,7 +154,7 @@ def _summary(
     lines.append(
         f"  {'limit':>5} {'formulation':<9} {'n':>3} "
         + " ".join(f"{SHORT[c]:>4}" for c in CLASSES)
-        + "  improved/improvable  reached-best  median-s   p95-s"
+        + "  improved/improvable  reached-best  median-s   p95-s  cpu/wall"
     )
     for limit in sorted({r.limit for r in runs}):
         for form in ("classes", "per-pod"):
@@ -168,6 +172,7 @@ def _summary(
                 + f"  {improved:>3}/{len(improvable):<3} {_pct(improved, len(improvable))}"
                 f"  {reached:>3} {_pct(reached, len(sel))}"
                 f"  {statistics.median(secs):8.3f} {_p95(secs):7.3f}"
+                f"  {sum(r.cpu for r in sel) / max(1e-9, sum(secs)):8.2f}"
             )
         ratios = []
         for r in runs:
@@ -228,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"repack-bench: {len(cells)} cell(s) x {args.instances} instance(s), limits "
         f"{args.limits} s, formulations {args.formulations}, {os.cpu_count()} cores visible "
-        f"(shared machine: CP-SAT gets what others leave), best-known cache {args.cache}",
+        f"(shared machine: CP-SAT gets what others leave), best-known cache {args.cache}, "
+        f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
         flush=True,
     )
     started = time.monotonic()
@@ -251,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
             args.cache.write_text(json.dumps(cache, indent=1, sort_keys=True) + "\n")
             line = "  ".join(
                 f"{r.formulation}@{r.limit:g}s {SHORT[r.category]} {r.seconds:.2f}s"
-                + ("" if r.vector == vec else " (below best)")
+                f" ({r.cpu:.2f} cpu)" + ("" if r.vector == vec else " (below best)")
                 for r in got
             )
             print(
@@ -272,7 +278,8 @@ def run(args: argparse.Namespace) -> int:
     n_inst = len(best)
     print(
         f"best-known outcomes proven optimal: {sum(proven_best.values())}/{n_inst}; "
-        f"wall time {time.monotonic() - started:.0f} s"
+        f"wall time {time.monotonic() - started:.0f} s; load average now "
+        f"{' '.join(f'{v:.2f}' for v in os.getloadavg())}"
     )
     for w in warnings:
         print(f"WARNING {w}")

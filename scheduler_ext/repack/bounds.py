@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
 
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
@@ -30,6 +31,30 @@ EXACT_EVERY = 6
 
 
 GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
+K = TypeVar("K")
+
+
+class ColumnPool(Generic[K]):
+    """The columns of a column-generation master LP (GLOP): each pattern (pod counts per class)
+    is added once per key (node group or node), and every pattern added is recorded in
+    ``columns`` for the price-and-branch that follows. Serves this module and
+    ``disruption_bound``."""
+
+    def __init__(self, columns: dict[K, list[dict[int, int]]] | None) -> None:
+        self.lp = pywraplp.Solver.CreateSolver("GLOP")
+        self.columns = columns
+        self.seen: set[tuple[K, tuple[tuple[int, int], ...]]] = set()
+
+    def new(self, key: K, pattern: dict[int, int], upper: float, empty: bool = False) -> Any:
+        """A fresh master variable for ``pattern`` at ``key`` (bounds 0..upper), or None when
+        it is already there (or empty and ``empty`` is not set)."""
+        counts = tuple(sorted((c, k) for c, k in pattern.items() if k))
+        if (key, counts) in self.seen or not (counts or empty):
+            return None
+        self.seen.add((key, counts))
+        if self.columns is not None:
+            self.columns.setdefault(key, []).append(dict(counts))
+        return self.lp.NumVar(0, upper, f"l{len(self.seen)}")
 
 
 def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
@@ -52,10 +77,13 @@ def knapsack(
     cap: Sequence[int],
     node_limit: int = 50_000,
     partial: bool = False,
+    until: float = math.inf,
+    clock: Callable[[], float] = lambda: 0.0,
 ) -> tuple[float, list[int], float] | None:
     """Bounded multi-dimensional knapsack by depth-first branch and bound. Returns (best value,
-    counts, upper bound) or None when the node limit was hit (the caller then falls back); with
-    ``partial`` it then returns the best counts found and the root's fractional upper bound.
+    counts, upper bound) or None when the node limit was hit or ``clock()`` passed ``until``
+    (the caller then falls back); with ``partial`` it then returns the best counts found and the
+    root's fractional upper bound.
     Hand-written because the pricing problems are tiny and called many times; a CP-SAT model per
     call costs more than the search itself."""
     k = len(values)
@@ -99,7 +127,7 @@ def knapsack(
     def dfs(i: int, rem: list[int], acc: float) -> bool:
         nonlocal best_value, best, nodes
         nodes += 1
-        if nodes > node_limit:
+        if nodes > node_limit or (nodes % 512 == 0 and clock() > until):
             return False
         if acc > best_value:
             best_value, best = acc, list(counts)
@@ -132,8 +160,10 @@ def _price(
     cap: Sequence[int],
     duals: dict[int, float],
     seconds: float,
+    clock: Callable[[], float],
 ) -> tuple[dict[int, int] | None, float]:
     """Best pattern for the duals (or None) and an upper bound on its dual value."""
+    until = clock() + seconds
     m = cp_model.CpModel()
     a = {}
     most: dict[int, int] = {}
@@ -153,6 +183,8 @@ def _price(
         [problem.classes[c].requests for c in members_a],
         [most[c] for c in members_a],
         cap,
+        until=until,
+        clock=clock,
     )
     if quick is not None:
         value, counts, upper = quick
@@ -167,7 +199,7 @@ def _price(
             m.add(sum(terms) <= max(0, cap[r]))
     m.maximize(sum(math.ceil(duals[c] * PRICE_SCALE) * v for c, v in a.items()))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, seconds)
+    solver.parameters.max_time_in_seconds = max(0.01, until - clock())
     solver.parameters.num_workers = 1
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -224,11 +256,12 @@ def placement_bound(
     ``columns`` collects the generated patterns per node group (for ``pattern_solution``).
     """
     deadline = clock() + seconds
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     groups = _groups(problem, active)
     if groups is None or not active:
         return None
-    lp = pywraplp.Solver.CreateSolver("GLOP")
+    pool: ColumnPool[GroupKey] = ColumnPool(columns)
+    lp = pool.lp
     if lp is None:
         return None
     placed = {c: lp.NumVar(0, problem.classes[c].total, f"P{c}") for c in active}
@@ -249,16 +282,11 @@ def placement_bound(
         if problem.classes[c].priority >= tier:
             objective.SetCoefficient(placed[c], 1)
     objective.SetMaximization()
-    seen: set[tuple[GroupKey, tuple[tuple[int, int], ...]]] = set()
 
     def add_column(key: GroupKey, pattern: dict[int, int]) -> bool:
-        sig = (key, tuple(sorted(pattern.items())))
-        if sig in seen or not pattern:
+        var = pool.new(key, pattern, lp.infinity())
+        if var is None:
             return False
-        seen.add(sig)
-        if columns is not None:
-            columns.setdefault(key, []).append(dict(pattern))
-        var = lp.NumVar(0, lp.infinity(), f"L{len(seen)}")
         group_rows[key].SetCoefficient(var, 1)
         for c, count in pattern.items():
             class_rows[c].SetCoefficient(var, -count)
@@ -301,7 +329,7 @@ def placement_bound(
             left = deadline - clock()
             if left <= 0:
                 return _floor(best_bound)
-            pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5))
+            pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5), clock)
             farley += len(members) * max(0.0, upper)
             if (
                 pattern is not None
@@ -330,7 +358,7 @@ def pattern_solution(
 ) -> Assignment | None:
     """Price-and-branch: the best integer choice of generated patterns (one per node), each
     pattern then given to the node of its group where the most pods already run."""
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     groups = _groups(problem, active)
     if groups is None or not columns:
         return None

@@ -68,6 +68,10 @@ class Problem:
         """Distinct priorities of the classes, highest first."""
         return sorted({c.priority for c in self.classes}, reverse=True)
 
+    def active(self, tier: int) -> list[int]:
+        """The classes a phase of ``tier`` works on: priority ``tier`` and above."""
+        return [c for c, cls in enumerate(self.classes) if cls.priority >= tier]
+
     def node_upper(self, c: int, n: int) -> int:
         """Upper bound of x[c][n] from capacity alone."""
         cls = self.classes[c]

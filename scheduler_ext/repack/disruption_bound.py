@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from scheduler_ext.repack.bounds import knapsack
+from scheduler_ext.repack.bounds import ColumnPool, knapsack
 from scheduler_ext.repack.classes import EVICT_COST, MOVE_COST, Assignment, Problem
 
 EPS = 1e-7
@@ -43,10 +43,12 @@ def _node_best(
     active: Sequence[int],
     upper: dict[int, int],
     pi: dict[int, float],
+    until: float,
+    clock: Callable[[], float],
 ) -> tuple[float, dict[int, int] | None, float]:
     """max over patterns a of node n of sum_c pi_c a_c + MOVE_COST * min(a_c, current_c): an
-    upper bound on it (exact unless the knapsack search hit its limit), the best pattern found
-    and that pattern's value."""
+    upper bound on it (exact unless the knapsack search hit its limit or ``until``), the best
+    pattern found and that pattern's value."""
     values: list[float] = []
     weights: list[tuple[int, ...]] = []
     limits: list[int] = []
@@ -70,7 +72,14 @@ def _node_best(
         total = float(sum(v * k for v, k in zip(values, counts, strict=True)))
         return total, _pattern(owner, counts), total
     found = knapsack(
-        values, weights, limits, problem.capacity[n], node_limit=NODE_LIMIT, partial=True
+        values,
+        weights,
+        limits,
+        problem.capacity[n],
+        node_limit=NODE_LIMIT,
+        partial=True,
+        until=until,
+        clock=clock,
     )
     if found is None:  # not reached with partial=True
         return float(sum(v * k for v, k in zip(values, limits, strict=True))), None, 0.0
@@ -106,7 +115,7 @@ def disruption_bound(
     Returns 0 when nothing better is known.
     """
     deadline = clock() + seconds
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     nodes = range(len(problem.node_names))
     if not active or not starts:
         return 0
@@ -114,7 +123,8 @@ def disruption_bound(
         n: {c: problem.node_upper(c, n) if problem.classes[c].allowed(n) else 0 for c in active}
         for n in nodes
     }
-    lp = pywraplp.Solver.CreateSolver("GLOP")
+    pool: ColumnPool[int] = ColumnPool(columns)
+    lp = pool.lp
     if lp is None:
         return 0
     extra = EVICT_COST - MOVE_COST
@@ -148,16 +158,12 @@ def disruption_bound(
     ]
     floor_rows = [lp.Constraint(v, lp.infinity()) for _, v in floors]
     objective.SetMinimization()
-    seen: set[tuple[int, tuple[tuple[int, int], ...]]] = set()
 
     def add_column(n: int, pattern: dict[int, int]) -> bool:
-        sig = (n, tuple(sorted((c, k) for c, k in pattern.items() if k)))
-        if sig in seen:
+        # a node may keep nothing: the empty pattern is a column too (one per node row)
+        var = pool.new(n, pattern, 1, empty=True)
+        if var is None:
             return False
-        seen.add(sig)
-        if columns is not None:
-            columns.setdefault(n, []).append(dict(sig[1]))
-        var = lp.NumVar(0, 1, f"l{len(seen)}")
         node_rows[n].SetCoefficient(var, 1)
         cost = MOVE_COST * sum(
             max(0, problem.classes[c].current[n] - pattern.get(c, 0)) for c in active
@@ -211,7 +217,7 @@ def disruption_bound(
         for n in nodes:
             if clock() >= deadline:
                 return _ceil(best)
-            value, pattern, found = _node_best(problem, n, active, upper[n], pi)
+            value, pattern, found = _node_best(problem, n, active, upper[n], pi, deadline, clock)
             bound += MOVE_COST * on_node[n] - value
             inexact += value > found + EPS
             # reduced cost of the pattern: its cost - pi.a - mu_n = on_node - found - mu_n
@@ -241,7 +247,7 @@ def disruption_solution(
 ) -> Assignment | None:
     """Price-and-branch: the least disruptive choice of one generated pattern per node that meets
     the placed floors (the caller checks the result against every other constraint)."""
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     nodes = range(len(problem.node_names))
     if any(not columns.get(n) for n in nodes):
         return None

@@ -168,7 +168,7 @@ def best_start(
 ) -> tuple[Assignment, bool]:
     """The best starting assignment for ``tier`` given the settled higher tiers ``higher``;
     the flag says whether it is feasible (it always is unless PDB budgets get in the way)."""
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
     kept = greedy_complete(problem, higher, new)
     candidates = [kept]

@@ -40,7 +40,7 @@ class PhaseModel:
     def __init__(self, problem: Problem, tier: int) -> None:
         self.problem = problem
         self.tier = tier
-        self.active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+        self.active = problem.active(tier)
         self.model = cp_model.CpModel()
         self.placed: dict[int, cp_model.LinearExprT] = {}  # class -> placed pods
         self.disrupted: dict[int, cp_model.LinearExprT] = {}  # class -> 1*moves + 2*evictions

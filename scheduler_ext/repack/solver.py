@@ -10,10 +10,12 @@ Every phase starts from an incumbent: the previous phase's solution completed fo
 the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
 phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
-not prove quickly gets the pattern-LP bound of ``bounds`` (used as a cut, and as a proof when the
-incumbent meets it) and a price-and-branch packing from the generated patterns. A disrupt phase
-of the class formulation first gets the per-node pattern-LP lower bound of ``disruption_bound``
-(a proof when the incumbent meets it), then one search with that bound as a cut.
+not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
+tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
+when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
+disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
+``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
+an LNS that undoes moves, then one search with that bound as a cut.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -32,8 +34,8 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from scheduler_ext.repack import checker
-from scheduler_ext.repack.bounds import GroupKey, pattern_solution, placement_bound
+from scheduler_ext.repack import checker, lns
+from scheduler_ext.repack.bounds import pattern_solution, placement_bound
 from scheduler_ext.repack.classes import (
     EVICT_COST,
     Assignment,
@@ -46,7 +48,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
-from scheduler_ext.repack.model import FORMULATIONS, Fix, build_phase_model
+from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, build_phase_model
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -64,12 +66,18 @@ Clock = Callable[[], float]
 BOUND_SHARE = 0.3
 # with pattern bounds, a place phase first tries this share of its time without them
 QUICK_SHARE = 0.15
+# a disrupt phase of the class formulation first searches for this share of its time
+QUICK_DISRUPT_SHARE = 0.3
 PACK_SHARE = 0.2
+# a place phase not proven by its quick search spends this share of what is left on LNS
+LNS_SHARE = 0.5
+LNS_DISRUPT_SHARE = 0.3
+LNS_MIN_NODES = 12
 HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
 PLACE_WEIGHT = 2
 # a disrupt phase with less time than this goes straight to the search (the bound would starve it)
-MIN_BOUND_SECONDS = 0.5
+MIN_BOUND_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,7 @@ def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
 
 def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int) -> bool:
     """Is x a solution of the phase model at ``tier`` with these fixes?"""
-    active = [c for c, cls in enumerate(problem.classes) if cls.priority >= tier]
+    active = problem.active(tier)
     if not feasible(problem, x, active):
         return False
     for f in fixes:
@@ -153,6 +161,7 @@ class _Phases:
         self.weights = [w for s in sizes for w in (PLACE_WEIGHT * s, s)]
         self.index = 0
         self.reports: list[PhaseReport] = []
+        self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -178,18 +187,26 @@ class _Phases:
             and maximise
             and not fixes
         )
-        pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
-        if cut is not None and maximise:
-            pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
         # placed first, disruption as tie-break: placed weighs more than the largest disruption
         weight = 1
         if maximise and self.options.tie_break:
             weight += EVICT_COST * sum(c.n_running for c in problem.classes if c.priority >= tier)
-            pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
-        elif maximise:
-            pm.model.maximize(pm.placed_ge(tier))
+        # a disrupt phase searches twice on the same model (its cut is a callback, not a
+        # constraint): building it once saves a large share of a short budget
+        key = (tier, maximise, tuple(fixes))
+        if self._built is not None and self._built[0] == key and not maximise:
+            pm = self._built[1]
         else:
-            pm.model.minimize(pm.disruption_ge(tier))
+            pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+            if cut is not None and maximise:
+                pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
+            if maximise and self.options.tie_break:
+                pm.model.maximize(weight * pm.placed_ge(tier) - pm.disruption_ge(tier))
+            elif maximise:
+                pm.model.maximize(pm.placed_ge(tier))
+            else:
+                pm.model.minimize(pm.disruption_ge(tier))
+            self._built = (key, pm)
         pm.hint(hint)
         solver = cp_model.CpSolver()
         # the model build counts against the time
@@ -244,38 +261,54 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        if use_bounds and not maximise and incumbent is not None and seconds >= MIN_BOUND_SECONDS:
-            # disruption: the per-node pattern LP first (it either proves the incumbent or stalls
-            # quickly), then one search with its bound as a cut, so the search is never restarted
-            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
-            patterns: dict[int, list[dict[int, int]]] = {}
-            lower = disruption_bound(
-                problem,
-                tier,
-                floors,
-                [x for x in (incumbent, hint) if _satisfies(problem, x, fixes, tier)],
-                BOUND_SHARE * seconds,
-                self.clock,
-                target=value(incumbent),
-                columns=patterns,
+        if use_bounds and not maximise and incumbent is not None:
+            # disruption: a short search first (on the class model it often proves the phase
+            # outright, faster than any bound)
+            status, found, raw, _ = self._cp(
+                tier, False, fixes, hint, QUICK_DISRUPT_SHARE * seconds, None
             )
-            bound = cut = max(bound, lower)
-            if value(incumbent) > bound:
-                # price-and-branch over the generated patterns: often the optimum itself
-                packed = disruption_solution(
-                    problem,
-                    tier,
-                    floors,
-                    patterns,
-                    PACK_SHARE * (deadline - self.clock()),
-                    self.options.workers,
-                )
-                if packed is not None and _satisfies(problem, packed, fixes, tier):
-                    best = better(packed, best)
-                    hint = best if best is not None else hint
+            best = better(found, best)
+            if raw is not None:
+                bound = max(bound, raw)
+            if best is not None and value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, value(best), value(best), False)
+                return best, value(best), True
+            hint = best if best is not None else hint
+        if use_bounds and not maximise and best is not None and seconds >= MIN_BOUND_SECONDS:
+            # then the per-node pattern LP (it either proves the incumbent or stalls quickly),
+            # then one search with its bound as a cut, so the search is never restarted
+            starts = [
+                x
+                for x in (best, incumbent)
+                if x is not None and _satisfies(problem, x, fixes, tier)
+            ]
+            lower, packed = self._patterns(
+                tier, False, fixes, starts, BOUND_SHARE * seconds, value(best), deadline
+            )
+            bound = cut = max(bound, lower or 0)
+            best = better(packed, best)
+            hint = best if best is not None else hint
             if best is not None and value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
+        if (
+            use_bounds
+            and not maximise
+            and best is not None
+            and value(best) > bound
+            and len(problem.node_names) >= LNS_MIN_NODES
+        ):
+            # large clusters: undo moves by LNS before the whole-model search (on small ones
+            # the search alone is quicker)
+            best = hint = self._improve(tier, best, fixes, LNS_DISRUPT_SHARE, deadline, bound)
+            if value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return best, bound, True
+        # large clusters: the quick search almost never proves a place phase there, so LNS
+        # comes first (on small ones the quick search often proves it outright)
+        lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
+        if lns_first and best is not None:
+            best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
         status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
@@ -284,37 +317,33 @@ class _Phases:
         best = better(found, best)
         if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
             bound = min(bound, (raw + weight - 1) // weight) if maximise else max(bound, raw)
+        if (
+            use_patterns
+            and not lns_first
+            and status != cp_model.OPTIMAL
+            and best is not None
+            and value(best) < bound
+        ):
+            # not proven quickly: large-neighbourhood search on the tier's pods finds the
+            # packings the whole-model search misses on interchangeable nodes
+            best = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
         if use_patterns and status != cp_model.OPTIMAL and (best is None or value(best) < bound):
-            # not proven quickly: bound it with the pattern LP, then search on with that cut
-            floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+            # still not proven: bound it with the pattern LP (and pack its patterns), then search
+            # on with that cut
             starts = [x for x in (best, hint) if x is not None]
             starts.append(_restrict(problem, current_assignment(problem), tier))
-            left = deadline - self.clock()
-            columns: dict[GroupKey, list[dict[int, int]]] = {}
-            pattern_bound = placement_bound(
-                problem,
+            upper, packed = self._patterns(
                 tier,
-                floors,
+                True,
+                fixes,
                 starts,
-                BOUND_SHARE * left,
-                self.clock,
-                target=None if best is None else value(best),
-                columns=columns,
+                BOUND_SHARE * (deadline - self.clock()),
+                None if best is None else value(best),
+                deadline,
             )
-            if pattern_bound is not None:
-                bound = min(bound, pattern_bound)
-            if best is None or value(best) < bound:
-                # price-and-branch: the generated patterns often pack better than the search
-                packed = pattern_solution(
-                    problem,
-                    tier,
-                    floors,
-                    columns,
-                    PACK_SHARE * (deadline - self.clock()),
-                    self.options.workers,
-                )
-                if packed is not None and _satisfies(problem, packed, fixes, tier):
-                    best = better(packed, best)
+            if upper is not None:
+                bound = min(bound, upper)
+            best = better(packed, best)
             left = deadline - self.clock()
             if (best is None or value(best) < bound) and left > 0.005:
                 status, found, raw, weight = self._cp(
@@ -338,6 +367,63 @@ class _Phases:
             lexicographic=maximise and weight > 1 and status == cp_model.OPTIMAL and best is found,
         )
         return best, value(best), optimal
+
+    def _improve(
+        self,
+        tier: int,
+        x: Assignment,
+        fixes: Sequence[Fix],
+        share: float,
+        deadline: float,
+        target: int,
+    ) -> Assignment:
+        """``x`` improved by LNS for ``share`` of the phase's remaining time (placing in a place
+        phase, undoing moves in a disrupt phase), if the result still meets the fixes."""
+        keep_placed = bool(fixes) and fixes[-1].kind == "placed" and fixes[-1].tier == tier
+        until = self.clock() + share * (deadline - self.clock())
+        found = lns.improve(
+            self.problem, x, tier, until, self.clock, self.options.seed, target, keep_placed
+        )
+        if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
+            self.problem, x, tier
+        ):
+            return found
+        return x
+
+    def _patterns(
+        self,
+        tier: int,
+        maximise: bool,
+        fixes: Sequence[Fix],
+        starts: Sequence[Assignment],
+        seconds: float,
+        target: int | None,
+        deadline: float,
+    ) -> tuple[int | None, Assignment | None]:
+        """The pattern-LP bound of a phase (upper on placed pods, or lower on disruption) and
+        the price-and-branch assignment from its patterns when the bound does not prove
+        ``target`` (None when it does not meet the fixes)."""
+        problem = self.problem
+        floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+        columns: dict[Any, list[dict[int, int]]] = {}
+        bound_of = placement_bound if maximise else disruption_bound
+        packing_of = pattern_solution if maximise else disruption_solution
+        bound = bound_of(
+            problem, tier, floors, starts, seconds, self.clock, target=target, columns=columns
+        )
+        if bound is not None and bound == target:
+            return bound, None
+        packed = packing_of(
+            problem,
+            tier,
+            floors,
+            columns,
+            PACK_SHARE * (deadline - self.clock()),
+            self.options.workers,
+        )
+        if packed is None or not _satisfies(problem, packed, fixes, tier):
+            return bound, None
+        return bound, packed
 
     def _report(
         self,
@@ -376,7 +462,7 @@ def solve(
     fixes: list[Fix] = []
     all_optimal = True
     for p in problem.tiers:
-        active = [c for c, cls in enumerate(problem.classes) if cls.priority >= p]
+        active = problem.active(p)
         new = [c for c, cls in enumerate(problem.classes) if cls.priority == p]
         # the starting heuristics get at most a quarter of what is left
         until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
