@@ -118,9 +118,11 @@ class Component:
         self.argv = list(argv)
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.log_offset = 0  # where this start's output begins in the shared log file
 
     def start(self) -> None:
         with self.log_path.open("ab") as log:
+            self.log_offset = log.tell()
             self.proc = subprocess.Popen(
                 self.argv,
                 stdin=subprocess.DEVNULL,
@@ -139,8 +141,12 @@ class Component:
         return self.proc is not None and self.proc.poll() is None
 
     def log_tail(self, lines: int = 25) -> str:
+        # Only this start's output: a restarted component appends to the same file, and the
+        # previous process's last words would otherwise read as the new one's failure.
         try:
-            text = self.log_path.read_text(errors="replace").splitlines()
+            with self.log_path.open("rb") as log:
+                log.seek(self.log_offset)
+                text = log.read().decode(errors="replace").splitlines()
         except FileNotFoundError:
             return "(no log)"
         return "\n".join(text[-lines:])
@@ -441,9 +447,21 @@ class ControlPlane:
         if old is not None:
             old.stop()
         self.extenders = tuple(extenders)
-        self.scheduler_port = free_ports(1)[0]
-        sched = self._start(self._scheduler())
-        self._wait(sched, self._probe(self.scheduler_port, "/readyz", None), "/readyz", timeout_s)
+        # A port from free_ports() is only free when it is picked: another process on the
+        # machine can bind it before kube-scheduler does, which then exits at once. A fresh
+        # port on a second or third try makes that race harmless; a real failure still raises.
+        for attempt in range(3):
+            self.scheduler_port = free_ports(1)[0]
+            sched = self._start(self._scheduler())
+            try:
+                self._wait(
+                    sched, self._probe(self.scheduler_port, "/readyz", None), "/readyz", timeout_s
+                )
+                return
+            except ControlPlaneError:
+                if sched.alive() or attempt == 2:
+                    raise
+                self.components.pop("kube-scheduler", None)
 
     def stop_scheduler(self) -> None:
         """Stop the session's kube-scheduler (``restart_scheduler`` brings it back), so that a
