@@ -1,4 +1,5 @@
-"""No control-plane process outlives its owner: not after a failing test, not after a hard kill."""
+"""No control-plane or agent process outlives its owner: not after a failing test, not after a hard
+kill."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from e2e_agents import NodeAgents
 from e2e_controlplane import ControlPlane, group_members, pid_alive, wait_for
+from fake_procfs import FakeProcfs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -62,6 +65,68 @@ def test_killed_owner_takes_its_processes_along(tmp_path: Path, e2e_bin: Path) -
         os.kill(owner.pid, signal.SIGKILL)  # no atexit, no finalizer runs
         owner.wait(timeout=30)
         wait_for(lambda: not pid_alive(etcd_pid), 30, "etcd to die with its owner")
+    finally:
+        if owner.poll() is None:
+            os.killpg(owner.pid, signal.SIGKILL)
+            owner.wait()
+
+
+def test_failing_test_body_still_stops_every_agent(
+    tmp_path: Path, control_plane: ControlPlane
+) -> None:
+    nodes = ["e2e-node-0"]
+    procfs = FakeProcfs(tmp_path / "procfs", nodes, running=dict)  # idle nodes
+    procfs.start()
+    agents = NodeAgents(control_plane.kubeconfig, procfs, nodes, tmp_path)
+    pids: dict[str, int] = {}
+    try:
+        with pytest.raises(_InjectedFailure):
+            try:
+                agents.start()
+                pids = agents.pids()
+                assert set(pids) == set(nodes) and all(pid_alive(p) for p in pids.values())
+                agents[nodes[0]].pause()  # a hung (SIGSTOPped) agent must go as well
+                raise _InjectedFailure
+            finally:
+                agents.stop()  # what the node_agents fixture's finalizer does
+    finally:
+        procfs.stop()
+    for node, pid in pids.items():
+        assert not pid_alive(pid), f"agent of {node} ({pid}) survived teardown"
+        assert group_members(pid) == [], f"agent of {node}: its process group survived"
+
+
+def test_killed_owner_takes_its_agents_along(tmp_path: Path, control_plane: ControlPlane) -> None:
+    """An agent's parent-death signal ends it when the Python process that started it is
+    SIGKILLed (no finalizer runs)."""
+    here = Path(__file__).resolve().parent
+    (tmp_path / "proc").mkdir()
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        sys.path.insert(0, {str(here)!r})
+        from e2e_agents import AgentProcess
+        agent = AgentProcess("e2e-node-0", Path({str(tmp_path / "proc")!r}),
+                             Path({str(control_plane.kubeconfig)!r}), "127.0.0.1:9", 0,
+                             Path({str(tmp_path)!r}))
+        agent.start()
+        print(agent.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert owner.stdout is not None
+        line = owner.stdout.readline()
+        assert line.strip().isdigit(), f"owner did not start the agent (exit {owner.poll()})"
+        agent_pid = int(line)
+        assert pid_alive(agent_pid)
+        os.kill(owner.pid, signal.SIGKILL)
+        owner.wait(timeout=30)
+        wait_for(lambda: not pid_alive(agent_pid), 30, "the agent to die with its owner")
     finally:
         if owner.poll() is None:
             os.killpg(owner.pid, signal.SIGKILL)
