@@ -35,23 +35,19 @@ def test_failing_test_body_still_stops_every_process(tmp_path: Path, e2e_bin: Pa
         assert group_members(pid) == [], f"{name}'s process group survived teardown"
 
 
-def test_killed_owner_takes_its_processes_along(tmp_path: Path, e2e_bin: Path) -> None:
-    """If the Python process dies without running any cleanup (SIGKILL), the kernel's parent-death
-    signal still ends the components it started."""
+def _dies_with_its_owner(start: str, what: str) -> None:
+    """Run ``start`` (Python that starts a process and binds its pid to ``pid``) in an owner
+    process, SIGKILL the owner (no atexit, no finalizer runs) and wait for the process to die."""
     here = Path(__file__).resolve().parent
-    script = textwrap.dedent(
-        f"""
-        import sys, time
-        from pathlib import Path
-        sys.path.insert(0, {str(here)!r})
-        from e2e_controlplane import ControlPlane
-        cp = ControlPlane(Path({str(tmp_path)!r}), Path({str(e2e_bin)!r}))
-        cp._write_files()
-        etcd = cp._start(cp._etcd())
-        cp._wait(etcd, cp._etcd_healthy, "/health", 120)
-        print(etcd.pid, flush=True)
-        time.sleep(600)
-        """
+    script = "\n".join(
+        [
+            "import sys, time",
+            "from pathlib import Path",
+            f"sys.path.insert(0, {str(here)!r})",
+            textwrap.dedent(start),
+            "print(pid, flush=True)",
+            "time.sleep(600)",
+        ]
     )
     owner = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
@@ -59,16 +55,32 @@ def test_killed_owner_takes_its_processes_along(tmp_path: Path, e2e_bin: Path) -
     try:
         assert owner.stdout is not None
         line = owner.stdout.readline()
-        assert line.strip().isdigit(), f"owner did not start etcd (exit {owner.poll()})"
-        etcd_pid = int(line)
-        assert pid_alive(etcd_pid)
-        os.kill(owner.pid, signal.SIGKILL)  # no atexit, no finalizer runs
+        assert line.strip().isdigit(), f"owner did not start {what} (exit {owner.poll()})"
+        pid = int(line)
+        assert pid_alive(pid)
+        os.kill(owner.pid, signal.SIGKILL)
         owner.wait(timeout=30)
-        wait_for(lambda: not pid_alive(etcd_pid), 30, "etcd to die with its owner")
+        wait_for(lambda: not pid_alive(pid), 30, f"{what} to die with its owner")
     finally:
         if owner.poll() is None:
             os.killpg(owner.pid, signal.SIGKILL)
             owner.wait()
+
+
+def test_killed_owner_takes_its_processes_along(tmp_path: Path, e2e_bin: Path) -> None:
+    """If the Python process dies without running any cleanup (SIGKILL), the kernel's parent-death
+    signal still ends the components it started."""
+    _dies_with_its_owner(
+        f"""
+        from e2e_controlplane import ControlPlane
+        cp = ControlPlane(Path({str(tmp_path)!r}), Path({str(e2e_bin)!r}))
+        cp._write_files()
+        etcd = cp._start(cp._etcd())
+        cp._wait(etcd, cp._etcd_healthy, "/health", 120)
+        pid = etcd.pid
+        """,
+        "etcd",
+    )
 
 
 def test_failing_test_body_still_stops_every_agent(
@@ -97,37 +109,16 @@ def test_failing_test_body_still_stops_every_agent(
 
 
 def test_killed_owner_takes_its_agents_along(tmp_path: Path, control_plane: ControlPlane) -> None:
-    """An agent's parent-death signal ends it when the Python process that started it is
-    SIGKILLed (no finalizer runs)."""
-    here = Path(__file__).resolve().parent
+    """An agent's parent-death signal ends it when the process that started it is SIGKILLed."""
     (tmp_path / "proc").mkdir()
-    script = textwrap.dedent(
+    _dies_with_its_owner(
         f"""
-        import sys, time
-        from pathlib import Path
-        sys.path.insert(0, {str(here)!r})
         from e2e_agents import AgentProcess
         agent = AgentProcess("e2e-node-0", Path({str(tmp_path / "proc")!r}),
                              Path({str(control_plane.kubeconfig)!r}), "127.0.0.1:9", 0,
                              Path({str(tmp_path)!r}))
         agent.start()
-        print(agent.pid, flush=True)
-        time.sleep(600)
-        """
+        pid = agent.pid
+        """,
+        "the agent",
     )
-    owner = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
-    )
-    try:
-        assert owner.stdout is not None
-        line = owner.stdout.readline()
-        assert line.strip().isdigit(), f"owner did not start the agent (exit {owner.poll()})"
-        agent_pid = int(line)
-        assert pid_alive(agent_pid)
-        os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(timeout=30)
-        wait_for(lambda: not pid_alive(agent_pid), 30, "the agent to die with its owner")
-    finally:
-        if owner.poll() is None:
-            os.killpg(owner.pid, signal.SIGKILL)
-            owner.wait()

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from fake_procfs import GI, FakeProcfs, PodLoadModel
 
 from agent.proc_source import ProcSource
+from carico.simulate.cluster import Cluster
+from carico.simulate.params import BPI_2000, ModelParams
 
 
 def _sample(source: ProcSource) -> tuple[float, ...]:
@@ -62,3 +66,23 @@ def test_room_is_left_in_pods() -> None:
     assert full.background_memory == 31 * GI and full.expected_avail(0, idle=model) == 0.0
     some = PodLoadModel(background_memory=model.background_memory_for(2.5))
     assert some.expected_avail(0, idle=model) == pytest.approx(2.5)
+
+
+def test_the_simulator_can_drive_the_files(tmp_path: Path) -> None:
+    """``telemetry=``: the simulator's own node model in place of PodLoadModel."""
+    params = dataclasses.replace(ModelParams(), noise_util=0.0, noise_psi=0.0, noise_mem=0.0)
+    cluster = Cluster(params, 1, np.random.default_rng(0))
+    for _ in range(2):
+        cluster.bind(cluster.add_pod(BPI_2000), 0, startup=0.0)
+    cluster.step()
+    sim = cluster.telemetry(0)
+    assert sim.util > 0  # two pods run: the node is busy
+    procfs = FakeProcfs(tmp_path, ["n"], dict, telemetry=lambda node, pods, now: sim)
+    procfs.start()
+    try:
+        source = ProcSource(str(procfs.proc_root("n")), ("cpu", "memory"))
+        source.read(time.monotonic())
+        want = ((sim.util + sim.psi_cpu_some) / 2, sim.mem_used)
+        assert _reaches(source, want, 1e-4) == pytest.approx(want, abs=1e-4)
+    finally:
+        procfs.stop()
