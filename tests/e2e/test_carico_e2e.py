@@ -152,6 +152,8 @@ def test_reservations_released_when_pods_run(
         core.create_namespaced_pod(namespace, _pod(f"run-{i}", HOLD))
     wait_for(lambda: sum(_placement(core, namespace).values()) == 3, LIVENESS_S, "3 pods bound")
     assert sum(row["reserved"] for row in ext.nodes().values()) == 3
+    # The kubelet's own watch may see a bind after the API shows it: start what it has seen.
+    wait_for(lambda: fake_kubelet.starting(namespace) == 3, LIVENESS_S, "the kubelet seeing 3")
     assert fake_kubelet.start_now(namespace) == 3
     wait_for(
         lambda: all(p.status.phase == "Running" for p in _pods(core, namespace)),
