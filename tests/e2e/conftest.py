@@ -20,7 +20,7 @@ import pytest
 # harness modules live beside this file.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_agents import AgentFedFactory, NodeAgents, warm_up
+from e2e_agents import AgentFedFactory, AggregatorProcess, NodeAgents, warm_up
 from e2e_controlplane import ControlPlane, ControlPlaneError, locate_binaries, wait_for
 from e2e_extender import CapacityFeed, CaricoFactory, ExtenderProcess
 from fake_kubelet import AnnotationTiming, FakeKubelet, NodeSpec, PodCounts, PodCountsRecorder
@@ -187,7 +187,8 @@ def node_agents(
     fake_procfs: FakeProcfs,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[NodeAgents]:
-    """A real ``carico agent`` per node, warmed up (per-pod cost learned, nodes idle).
+    """A real ``carico agent`` per node, warmed up (per-pod cost learned, nodes idle), exchanging
+    models with a real ``carico aggregator``.
 
     The agents' model is frozen at the idle node they first see, so they start on empty nodes.
     """
@@ -196,18 +197,23 @@ def node_agents(
         120,
         "empty nodes before the agents start",
     )
+    log_dir = tmp_path_factory.mktemp("agents")
+    aggregator = AggregatorProcess(log_dir)
     agents = NodeAgents(
         control_plane.kubeconfig,
         fake_procfs,
         [n.name for n in FAKE_NODES],
-        tmp_path_factory.mktemp("agents"),
+        log_dir,
+        aggregator=aggregator.address,
     )
     try:
+        aggregator.start()
         agents.start()
         warm_up(api_client, agents)
         yield agents
     finally:
         agents.stop()
+        aggregator.stop()
 
 
 @pytest.fixture

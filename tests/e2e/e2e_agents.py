@@ -14,8 +14,10 @@ Deliberate settings, each an ordinary agent flag:
   after every change, which no exact assertion survives; with w fixed, k is linear in the pods and
   avail is what :meth:`fake_procfs.PodLoadModel.expected_avail` says. How w follows the load is
   tested at unit and simulator level.
-* no aggregator: each agent's own model is the whole model (the aggregator has its own e2e-free
-  integration tests); the fleet prior therefore never replaces the configured cost prior.
+* a real ``carico aggregator`` (:class:`AggregatorProcess`) when one is given: the agents exchange
+  their models with it and merge its global model (weight N−1 : 1) into their own. Every node
+  starts idle with the same load, so the fleet's frozen models agree and the merge keeps w; the
+  fleet prior (median learned cost) is the same number the agents learn.
 
 Agents run like control-plane components (e2e_controlplane.Component): own process group, log
 file, SIGTERM then SIGKILL on stop, parent-death signal. :func:`warm_up` teaches every agent its
@@ -49,6 +51,53 @@ SETTLED_REPORTS = 6  # reports after the churn hold: the estimator's settled win
 LEARNED_REL_TOL = 0.01
 
 
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+class AggregatorProcess:
+    """``carico aggregator`` on free loopback ports."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port, self.ops_port = free_ports(2)
+        argv = [
+            str(Path(sys.executable).parent / "carico"),
+            "aggregator",
+            "--listen",
+            f"127.0.0.1:{self.port}",
+            "--ops-listen",
+            f"127.0.0.1:{self.ops_port}",
+            "--log-level",
+            "info",
+        ]
+        self.component = Component("aggregator", argv, log_dir)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.component.pid
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        self.component.start()
+
+        def healthy() -> bool:
+            if not self.component.alive():
+                raise AssertionError(f"the aggregator exited:\n{self.component.log_tail()}")
+            return _http_ok(f"http://127.0.0.1:{self.ops_port}/healthz")
+
+        wait_for(healthy, timeout_s, "the aggregator's /healthz")
+
+    def stop(self) -> None:
+        self.component.stop()
+
+
 class AgentProcess:
     """``carico agent`` for one node."""
 
@@ -60,6 +109,7 @@ class AgentProcess:
         extender: str,
         metrics_port: int,
         log_dir: Path,
+        aggregator: str = "",
     ) -> None:
         self.node = node
         self.metrics_port = metrics_port
@@ -85,6 +135,8 @@ class AgentProcess:
             "--log-level",
             "info",
         ]
+        if aggregator:
+            argv += ["--aggregator", aggregator]
         self.component = Component(f"agent-{node}", argv, log_dir)
 
     @property
@@ -97,11 +149,7 @@ class AgentProcess:
     def ready(self) -> bool:
         if not self.component.alive():
             raise AssertionError(f"agent {self.node} exited:\n{self.component.log_tail()}")
-        try:
-            with urllib.request.urlopen(self._url("/readyz"), timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return _http_ok(self._url("/readyz"))
 
     def _url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.metrics_port}{path}"
@@ -140,7 +188,8 @@ class AgentProcess:
 
 
 class NodeAgents:
-    """One :class:`AgentProcess` per node, all reporting to ``127.0.0.1:extender_grpc_port``."""
+    """One :class:`AgentProcess` per node, all reporting to ``127.0.0.1:extender_grpc_port`` (and
+    exchanging models with ``aggregator`` when given)."""
 
     def __init__(
         self,
@@ -149,6 +198,7 @@ class NodeAgents:
         nodes: Sequence[str],
         log_dir: Path,
         extender_grpc_port: int | None = None,
+        aggregator: str = "",
     ) -> None:
         self.procfs = procfs
         self.extender_grpc_port = extender_grpc_port or free_ports(1)[0]
@@ -161,6 +211,7 @@ class NodeAgents:
                 f"127.0.0.1:{self.extender_grpc_port}",
                 port,
                 log_dir,
+                aggregator,
             )
             for node, port in zip(nodes, ports, strict=True)
         }

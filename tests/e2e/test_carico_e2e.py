@@ -174,6 +174,8 @@ def test_reservations_released_when_pods_run(
     _wait_avail(ext, want)
     rows = ext.nodes()
     assert {n: rows[n]["pods"] for n in want} == {n: placed.get(n, 0) for n in want}
+    # Each agent merged the aggregator's global model into its own for these reports.
+    assert all(rows[n]["health"]["global_model"] for n in want), rows
 
 
 def test_restart_rebuilds_the_ledger_from_the_api(

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from e2e_agents import NodeAgents
+from e2e_agents import AggregatorProcess, NodeAgents
 from e2e_controlplane import ControlPlane, group_members, pid_alive, wait_for
 from fake_procfs import FakeProcfs
 
@@ -89,23 +89,29 @@ def test_failing_test_body_still_stops_every_agent(
     nodes = ["e2e-node-0"]
     procfs = FakeProcfs(tmp_path / "procfs", nodes, running=dict)  # idle nodes
     procfs.start()
-    agents = NodeAgents(control_plane.kubeconfig, procfs, nodes, tmp_path)
+    aggregator = AggregatorProcess(tmp_path)
+    agents = NodeAgents(
+        control_plane.kubeconfig, procfs, nodes, tmp_path, aggregator=aggregator.address
+    )
     pids: dict[str, int] = {}
     try:
         with pytest.raises(_InjectedFailure):
             try:
+                aggregator.start()
                 agents.start()
-                pids = agents.pids()
-                assert set(pids) == set(nodes) and all(pid_alive(p) for p in pids.values())
+                pids = {**agents.pids(), "aggregator": aggregator.pid or 0}
+                assert set(pids) == {*nodes, "aggregator"}
+                assert all(pid_alive(p) for p in pids.values())
                 agents[nodes[0]].pause()  # a hung (SIGSTOPped) agent must go as well
                 raise _InjectedFailure
-            finally:
-                agents.stop()  # what the node_agents fixture's finalizer does
+            finally:  # what the node_agents fixture's finalizer does
+                agents.stop()
+                aggregator.stop()
     finally:
         procfs.stop()
-    for node, pid in pids.items():
-        assert not pid_alive(pid), f"agent of {node} ({pid}) survived teardown"
-        assert group_members(pid) == [], f"agent of {node}: its process group survived"
+    for name, pid in pids.items():
+        assert not pid_alive(pid), f"{name} ({pid}) survived teardown"
+        assert group_members(pid) == [], f"{name}: its process group survived"
 
 
 def test_killed_owner_takes_its_agents_along(tmp_path: Path, control_plane: ControlPlane) -> None:
