@@ -1,4 +1,5 @@
-"""Fixtures of the e2e tier: one real control plane and one fake kubelet per test session.
+"""Fixtures of the e2e tier: one real control plane, one fake kubelet and (when a test asks for
+them) one real Carico agent per node, per test session.
 
 The control plane (e2e_controlplane.py) is shared by every e2e module: starting it costs tens of
 seconds on a loaded machine, and tests isolate themselves by namespace instead. A missing Go
@@ -19,9 +20,11 @@ import pytest
 # harness modules live beside this file.
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from e2e_agents import AgentFedFactory, AggregatorProcess, NodeAgents, warm_up
 from e2e_controlplane import ControlPlane, ControlPlaneError, locate_binaries, wait_for
 from e2e_extender import CapacityFeed, CaricoFactory, ExtenderProcess
 from fake_kubelet import AnnotationTiming, FakeKubelet, NodeSpec, PodCounts, PodCountsRecorder
+from fake_procfs import FakeProcfs
 
 from carico.schedconfig import ExtenderConfig
 
@@ -121,6 +124,10 @@ def carico(
 ) -> Iterator[CaricoFactory]:
     """Start the real Carico extender (subprocess), feed it capacity, point kube-scheduler at it.
 
+    The capacity is scripted (CapacityFeed): for tests that need avail set to exact values at
+    will (the deploy-manifest and repack tests). Measured capacity from real agents:
+    ``carico_agents``.
+
     Call it with extender flags and the scheduler's extender options; the session's scheduler goes
     back to no extender afterwards.
     """
@@ -153,3 +160,94 @@ def carico(
     for ext, feed in started:
         feed.stop()
         ext.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_procfs(
+    tmp_path_factory: pytest.TempPathFactory, fake_kubelet: FakeKubelet
+) -> Iterator[FakeProcfs]:
+    """Per-node fake procfs trees, written from the pods the fake kubelet runs."""
+
+    def running() -> dict[str, int]:
+        return {node: counts.running for node, counts in fake_kubelet.pod_counts().items()}
+
+    procfs = FakeProcfs(tmp_path_factory.mktemp("procfs"), [n.name for n in FAKE_NODES], running)
+    procfs.start()
+    try:
+        yield procfs
+    finally:
+        procfs.stop()
+
+
+@pytest.fixture(scope="session")
+def node_agents(
+    control_plane: ControlPlane,
+    api_client: kubernetes.client.ApiClient,
+    fake_kubelet: FakeKubelet,
+    fake_procfs: FakeProcfs,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[NodeAgents]:
+    """A real ``carico agent`` per node, warmed up (per-pod cost learned, nodes idle), exchanging
+    models with a real ``carico aggregator``.
+
+    The agents' model is frozen at the idle node they first see, so they start on empty nodes.
+    """
+    wait_for(
+        lambda: not any(c.pods for c in fake_kubelet.pod_counts().values()),
+        120,
+        "empty nodes before the agents start",
+    )
+    log_dir = tmp_path_factory.mktemp("agents")
+    aggregator = AggregatorProcess(log_dir)
+    agents = NodeAgents(
+        control_plane.kubeconfig,
+        fake_procfs,
+        [n.name for n in FAKE_NODES],
+        log_dir,
+        aggregator=aggregator.address,
+    )
+    try:
+        aggregator.start()
+        agents.start()
+        warm_up(api_client, agents)
+        yield agents
+    finally:
+        agents.stop()
+        aggregator.stop()
+
+
+@pytest.fixture
+def carico_agents(
+    control_plane: ControlPlane, node_agents: NodeAgents, tmp_path: Path
+) -> Iterator[AgentFedFactory]:
+    """Like ``carico``, but the extender listens where the session's node agents report: its
+    capacity is what real agents measure from the fake procfs. Call it with extender flags and the
+    scheduler's extender options. Afterwards background load is cleared and every agent runs."""
+    started: list[ExtenderProcess] = []
+
+    def make(
+        *flags: str, node_cache_capable: bool = False, ignorable: bool = False
+    ) -> ExtenderProcess:
+        ext = ExtenderProcess(
+            control_plane.kubeconfig, tmp_path, *flags, grpc_port=node_agents.extender_grpc_port
+        )
+        ext.start()
+        started.append(ext)
+        control_plane.restart_scheduler(
+            [
+                ExtenderConfig(
+                    ext.url_prefix, node_cache_capable=node_cache_capable, ignorable=ignorable
+                )
+            ]
+        )
+        return ext
+
+    try:
+        yield make
+    finally:
+        if started:
+            control_plane.restart_scheduler([])
+        for ext in started:
+            ext.stop()
+        node_agents.resume_all()
+        node_agents.procfs.clear_background()

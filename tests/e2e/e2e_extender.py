@@ -35,11 +35,17 @@ REPORT_EVERY_S = 0.5  # twice as often as a real agent, so freshly set avails ar
 class ExtenderProcess:
     """``carico extender`` on 127.0.0.1 with a fixed pair of free ports across restarts."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, *extra: str) -> None:
+    def __init__(
+        self, kubeconfig: Path, log_dir: Path, *extra: str, grpc_port: int | None = None
+    ) -> None:
+        """``grpc_port``: listen for capacity reports there (the session agents' extender port)
+        instead of on a fresh free port."""
         self.kubeconfig = kubeconfig
         self.log_dir = log_dir
         self.extra = list(extra)
-        self.port, self.grpc_port = free_ports(2)
+        ports = [p for p in free_ports(3) if p != grpc_port]  # the session port may be unbound
+        self.port = ports[0]
+        self.grpc_port = grpc_port or ports[1]
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 

@@ -332,6 +332,15 @@ class FakeKubelet:
         heapq.heappush(self._timers, (self.clock() + delay_s, next(self._seq), action, uid))
         self._wake.notify()
 
+    def starting(self, namespace: str) -> int:
+        """Pods of ``namespace`` this kubelet has seen bound and not yet started."""
+        with self._lock:
+            return sum(
+                1
+                for st in self._pods.values()
+                if st.namespace == namespace and st.phase == "Pending" and not st.deleting
+            )
+
     def start_now(self, namespace: str) -> int:
         """Start every pod of ``namespace`` still starting (ends a long start-up delay early)."""
         with self._lock:

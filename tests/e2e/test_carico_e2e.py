@@ -1,21 +1,28 @@
 """The Carico extender behind the real kube-scheduler, binding through the real API (DESIGN §6).
 
-Capacity comes from a scripted feed (e2e_extender.CapacityFeed): real gRPC streams to the real
-extender, with the avail each test sets. Pods that must stay bound-but-Pending carry a long
-``carico.io/sim-startup-seconds``, so reservations are held until the test releases them. Every
-wait is a liveness bound, far above the expected time; no assertion is about timing.
+Capacity comes from the session's real node agents (``carico agent``, one per node: e2e_agents.py),
+which sample a fake procfs written from the pods the fake kubelet runs (fake_procfs.py) and count
+their node's pods through the real API watch. A test shapes a node's room with background memory
+load that is not a pod (``FakeProcfs.leave_room``); the agents' pipeline turns that into avail,
+and the tests read the avail the extender holds before they act. No test here uses the scripted
+CapacityFeed. Pods that must stay bound-but-Pending carry a long ``carico.io/sim-startup-seconds``,
+so reservations are held until the test releases them (and the agents, which count Running pods,
+do not see them). Every wait is a liveness bound, far above the expected time; no assertion is
+about timing.
 """
 
 from __future__ import annotations
 
 import collections
+import math
 import urllib.error
 from typing import Any
 
 import kubernetes
 import pytest
+from e2e_agents import AgentFedFactory, NodeAgents
 from e2e_controlplane import wait_for
-from e2e_extender import CaricoFactory
+from e2e_extender import ExtenderProcess
 from fake_kubelet import STARTUP_SECONDS_ANNOTATION, FakeKubelet
 
 from carico.schedconfig import CARICO_PROFILE
@@ -25,6 +32,48 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 N0, N1, N2 = (f"e2e-node-{i}" for i in range(3))  # conftest.FAKE_NODES
 HOLD = {STARTUP_SECONDS_ANNOTATION: "3600"}  # bound pods stay Pending until start_now
 LIVENESS_S = 90.0
+# How close the extender's avail must come to the model's: below CPU saturation the fake procfs is
+# exact, so what is left is counter rounding and the frozen model's drift (measured: < 0.002 pods).
+AVAIL_TOL = 0.05
+# Above CPU saturation a PSI total is up to one write (20 ms) old in a 100 ms sample, smoothed by
+# the EMA: a few hundredths of a pod, bounded well inside this.
+SATURATED_AVAIL_TOL = 0.3
+
+
+def _wait_avail(ext: ExtenderProcess, want: dict[str, float], tol: float = AVAIL_TOL) -> None:
+    """Until the extender holds fresh, live reports with ``want``'s avail per node."""
+
+    def close() -> bool:
+        rows = ext.nodes()
+        return all(
+            n in rows
+            and rows[n].get("reported")
+            and not rows[n]["stale"]
+            and rows[n]["mode"] == "live"
+            and abs(rows[n]["avail"] - a) <= tol
+            for n, a in want.items()
+        )
+
+    try:
+        wait_for(close, LIVENESS_S, f"the agents' avail {want} at the extender")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {ext.nodes()}") from None
+
+
+def _room(node_agents: NodeAgents, **avail: float) -> dict[str, float]:
+    """Leave each node (``e2e_node_0=2.5``) that much room; returns the avail the agents must
+    report (the model's, node name -> pods)."""
+    want = {}
+    for key, pods in avail.items():
+        node = key.replace("_", "-")
+        node_agents.procfs.leave_room(node, pods)
+        want[node] = node_agents.expected_avail(node)
+    return want
+
+
+def _allowed(avail: float, threshold: float = 1.0) -> int:
+    """Pods the filter admits on a node holding ``avail``: reserved r passes while avail − r ≥ 1."""
+    return max(math.floor(avail - threshold) + 1, 0)
 
 
 def _pod(name: str, annotations: dict[str, str] | None = None, scheduler: str = CARICO_PROFILE):
@@ -61,37 +110,50 @@ def _all_decided(core: kubernetes.client.CoreV1Api, ns: str, count: int) -> bool
 
 
 def test_burst_respects_avail_minus_reserved(
-    carico: CaricoFactory, api_client: kubernetes.client.ApiClient, namespace: str
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
+    api_client: kubernetes.client.ApiClient,
+    namespace: str,
 ) -> None:
-    ext, feed = carico()
-    feed.set(**{N0: 2.0, N1: 0.5, N2: 3.0})  # N1 is below the threshold of 1 pod
-    wait_for(lambda: ext.nodes()[N2].get("avail") == 3.0, LIVENESS_S, "scripted avail reported")
+    ext = carico_agents()
+    # N1 below the threshold of 1 pod (full), N0 and N2 with room half-way between integers.
+    want = _room(node_agents, e2e_node_0=4.5, e2e_node_1=0.0, e2e_node_2=2.5)
+    _wait_avail(ext, want)
+    at_start = {n: row["avail"] for n, row in ext.nodes().items()}
+    allowed = {n: _allowed(at_start[n]) for n in (N0, N1, N2)}
+    assert allowed == {N0: 4, N1: 0, N2: 2}, at_start
     core = kubernetes.client.CoreV1Api(api_client)
-    for i in range(8):  # a burst: 8 pods for 2 + 3 = 5 free places
+    burst = sum(allowed.values()) + 4  # 4 more than fit
+    for i in range(burst):
         core.create_namespaced_pod(namespace, _pod(f"burst-{i}", HOLD))
-    wait_for(lambda: _all_decided(core, namespace, 8), LIVENESS_S, "every pod bound or refused")
-    assert _placement(core, namespace) == {N0: 2, N2: 3}
+    wait_for(lambda: _all_decided(core, namespace, burst), LIVENESS_S, "every pod bound/refused")
+    # The real bindings, against the avail the extender held when the burst started.
+    placement = _placement(core, namespace)
+    assert {n: placement.get(n, 0) for n in allowed} == allowed, (placement, at_start)
     # The refused pods keep being retried; none may land later either.
     nodes = ext.nodes()
-    assert (nodes[N0]["reserved"], nodes[N1]["reserved"], nodes[N2]["reserved"]) == (2, 0, 3)
+    assert {n: nodes[n]["reserved"] for n in allowed} == allowed
     pending = [p for p in _pods(core, namespace) if not p.spec.node_name]
-    assert len(pending) == 3 and all(_unschedulable(p) for p in pending)
+    assert len(pending) == 4 and all(_unschedulable(p) for p in pending)
+    assert _placement(core, namespace) == placement
 
 
 def test_reservations_released_when_pods_run(
-    carico: CaricoFactory,
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
     api_client: kubernetes.client.ApiClient,
     fake_kubelet: FakeKubelet,
     namespace: str,
 ) -> None:
-    ext, feed = carico()
-    feed.set_all(2.0)
-    wait_for(lambda: ext.nodes()[N0].get("avail") == 2.0, LIVENESS_S, "scripted avail reported")
+    ext = carico_agents()
+    _wait_avail(ext, {n: node_agents.expected_avail(n) for n in (N0, N1, N2)})
     core = kubernetes.client.CoreV1Api(api_client)
     for i in range(3):
         core.create_namespaced_pod(namespace, _pod(f"run-{i}", HOLD))
     wait_for(lambda: sum(_placement(core, namespace).values()) == 3, LIVENESS_S, "3 pods bound")
     assert sum(row["reserved"] for row in ext.nodes().values()) == 3
+    # The kubelet's own watch may see a bind after the API shows it: start what it has seen.
+    wait_for(lambda: fake_kubelet.starting(namespace) == 3, LIVENESS_S, "the kubelet seeing 3")
     assert fake_kubelet.start_now(namespace) == 3
     wait_for(
         lambda: all(p.status.phase == "Running" for p in _pods(core, namespace)),
@@ -104,16 +166,30 @@ def test_reservations_released_when_pods_run(
         "reservations released at /api/v1/nodes",
     )
     assert ext.get("/api/v1/reservations") == []
+    # The running pods now load their nodes: the agents count them through their pod watch, and
+    # their avail falls by exactly the pods that run there (one pod costs what it costs on an
+    # idle node: the model is linear below CPU saturation).
+    placed = _placement(core, namespace)
+    want = {n: node_agents.expected_avail(n, placed.get(n, 0)) for n in (N0, N1, N2)}
+    _wait_avail(ext, want)
+    rows = ext.nodes()
+    assert {n: rows[n]["pods"] for n in want} == {n: placed.get(n, 0) for n in want}
+    # Each agent merged the aggregator's global model into its own for these reports.
+    assert all(rows[n]["health"]["global_model"] for n in want), rows
 
 
 def test_restart_rebuilds_the_ledger_from_the_api(
-    carico: CaricoFactory, api_client: kubernetes.client.ApiClient, namespace: str
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
+    api_client: kubernetes.client.ApiClient,
+    namespace: str,
 ) -> None:
     # fail-closed: right after the restart no report has arrived yet, and the nodes must not be
     # passed blind meanwhile (fail-open would, by design).
-    ext, feed = carico("--stale-policy", "fail-closed")
-    feed.set(**{N0: 2.0, N1: 1.0, N2: 1.0})
-    wait_for(lambda: ext.nodes()[N0].get("avail") == 2.0, LIVENESS_S, "scripted avail reported")
+    ext = carico_agents("--stale-policy", "fail-closed")
+    _wait_avail(ext, _room(node_agents, e2e_node_0=2.5, e2e_node_1=1.5, e2e_node_2=1.5))
+    allowed = {n: _allowed(row["avail"]) for n, row in ext.nodes().items()}
+    assert allowed == {N0: 2, N1: 1, N2: 1}
     core = kubernetes.client.CoreV1Api(api_client)
     for i in range(3):
         core.create_namespaced_pod(namespace, _pod(f"first-{i}", HOLD))
@@ -129,6 +205,8 @@ def test_restart_rebuilds_the_ledger_from_the_api(
     # Ready means rebuilt from the API: the 3 bound Pending pods are reserved again, where they are.
     rebuilt = {name: row["reserved"] for name, row in ext.nodes().items()}
     assert {n: c for n, c in rebuilt.items() if c} == dict(before)
+    # The agents reconnect to the restarted extender and report the same room.
+    _wait_avail(ext, {n: node_agents.expected_avail(n) for n in (N0, N1, N2)})
     # Total free places were 2 + 1 + 1 = 4 and 3 were taken before the restart: one more fits.
     wait_for(lambda: sum(_placement(core, namespace).values()) == 4, LIVENESS_S, "a 4th pod bound")
 
@@ -150,19 +228,19 @@ def test_restart_rebuilds_the_ledger_from_the_api(
     )
     after = _placement(core, namespace)
     assert sum(after.values()) == 4
-    assert after[N0] <= 2 and after[N1] <= 1 and after[N2] <= 1, after
+    assert all(after[n] <= allowed[n] for n in allowed), (after, allowed)
     rows = ext.nodes()
     assert all(rows[n]["reserved"] == after[n] for n in (N0, N1, N2)), rows
 
 
 @pytest.mark.parametrize("ignorable", [True, False])
 def test_extender_down(
-    carico: CaricoFactory,
+    carico_agents: AgentFedFactory,
     api_client: kubernetes.client.ApiClient,
     namespace: str,
     ignorable: bool,
 ) -> None:
-    ext, _ = carico(ignorable=ignorable)
+    ext = carico_agents(ignorable=ignorable)
     ext.stop()
     core = kubernetes.client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, _pod("orphan"))
@@ -193,19 +271,23 @@ def test_extender_down(
 
 @pytest.mark.parametrize("policy", ["fail-open", "fail-closed"])
 def test_silent_node_follows_the_stale_policy(
-    carico: CaricoFactory,
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
     api_client: kubernetes.client.ApiClient,
     namespace: str,
     policy: str,
 ) -> None:
-    # Stale after 5 s: reports come every 0.5 s, a 10x margin for a loaded machine.
-    ext, feed = carico("--stale-after", "5", "--stale-policy", policy)
-    feed.set_all(0.0)  # every reporting node is full
-    feed.set(**{N1: 0.0})
-    feed.silent.add(N2)
-    wait_for(lambda: ext.nodes().get(N2, {}).get("stale", True), LIVENESS_S, f"{N2} stale")
+    # Stale after 5 s: agents report every second, a 5x margin for a loaded machine.
+    ext = carico_agents("--stale-after", "5", "--stale-policy", policy)
+    # Every reporting node is full; N2 has room but its agent is about to go silent.
+    _wait_avail(ext, _room(node_agents, e2e_node_0=0.0, e2e_node_1=0.0))
+    _wait_avail(ext, {N2: node_agents.expected_avail(N2)})
+    # SIGSTOP: the agent process hangs (the carico_agents fixture resumes it afterwards).
+    node_agents[N2].pause()
+    wait_for(lambda: ext.nodes().get(N2, {}).get("stale", False), LIVENESS_S, f"{N2} stale")
+    assert not ext.nodes()[N0]["stale"] and not ext.nodes()[N1]["stale"]
     core = kubernetes.client.CoreV1Api(api_client)
-    core.create_namespaced_pod(namespace, _pod("stale-0"))
+    core.create_namespaced_pod(namespace, _pod("stale-0", HOLD))
     if policy == "fail-open":
         wait_for(
             lambda: bool(core.read_namespaced_pod("stale-0", namespace).spec.node_name),
@@ -222,18 +304,22 @@ def test_silent_node_follows_the_stale_policy(
     explain = ext.get(f"/api/v1/explain?pod={namespace}/stale-0")
     assert "stale" in str(explain) or "no capacity report" in str(explain), explain
     assert not core.read_namespaced_pod("stale-0", namespace).spec.node_name
+    # The agent resumes where it stopped: its reports make the node fresh again.
+    node_agents[N2].resume()
+    _wait_avail(ext, {N2: node_agents.expected_avail(N2)})
 
 
 @pytest.mark.parametrize("node_cache_capable", [False, True])
 def test_both_node_cache_modes(
-    carico: CaricoFactory,
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
     api_client: kubernetes.client.ApiClient,
     namespace: str,
     node_cache_capable: bool,
 ) -> None:
-    ext, feed = carico(node_cache_capable=node_cache_capable)
-    feed.set(**{N0: 0.0, N1: 1.0, N2: 0.0})  # only N1 has room, for one pod
-    wait_for(lambda: ext.nodes()[N1].get("avail") == 1.0, LIVENESS_S, "scripted avail reported")
+    ext = carico_agents(node_cache_capable=node_cache_capable)
+    # Only N1 has room, for one pod.
+    _wait_avail(ext, _room(node_agents, e2e_node_0=0.0, e2e_node_1=1.5, e2e_node_2=0.0))
     core = kubernetes.client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, _pod("only", HOLD))
     core.create_namespaced_pod(namespace, _pod("plain", HOLD, scheduler="default-scheduler"))
@@ -248,14 +334,13 @@ def test_both_node_cache_modes(
 
 
 def test_deployment_scaled_through_the_controller_manager(
-    carico: CaricoFactory,
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
     api_client: kubernetes.client.ApiClient,
-    fake_kubelet: FakeKubelet,
     namespace: str,
 ) -> None:
-    ext, feed = carico()
-    feed.set_all(4.0)
-    wait_for(lambda: ext.nodes()[N0].get("avail") == 4.0, LIVENESS_S, "scripted avail reported")
+    ext = carico_agents()
+    _wait_avail(ext, {n: node_agents.expected_avail(n) for n in (N0, N1, N2)})
     apps = kubernetes.client.AppsV1Api(api_client)
     core = kubernetes.client.CoreV1Api(api_client)
     labels = {"app": "web"}
@@ -283,18 +368,25 @@ def test_deployment_scaled_through_the_controller_manager(
         return len(pods) == n and all(p.status.phase == "Running" for p in pods)
 
     def counts_match() -> bool:
-        # The feed reports the kubelet's counts, as an agent would report its pod watch's.
-        kubelet = fake_kubelet.pod_counts()
-        reported = {n: row.get("pods", -1) for n, row in ext.nodes().items()}
+        # The agents count Running workload pods through their own API watch; the extender shows
+        # what they reported. Their avail follows the load the fake procfs derives from the same
+        # pods (exact below CPU saturation, i.e. up to 3 pods on these nodes).
         placed = _placement(core, namespace)
-        return all(
-            reported.get(n) == kubelet[n].pods and reported.get(n, 0) >= placed.get(n, 0)
-            for n in (N0, N1, N2)
-        )
+        rows = ext.nodes()
+        for n in (N0, N1, N2):
+            pods = placed.get(n, 0)
+            model = node_agents.procfs.node_model(n)
+            saturated = model.base_threads + model.pod_threads * pods > model.cores
+            tol = SATURATED_AVAIL_TOL if saturated else AVAIL_TOL
+            if rows[n].get("pods") != pods or rows[n].get("mode") != "live":
+                return False
+            if abs(rows[n]["avail"] - node_agents.expected_avail(n, pods)) > tol:
+                return False
+        return True
 
     try:
         wait_for(lambda: running(6), LIVENESS_S, "6 replicas Running")
-        wait_for(counts_match, LIVENESS_S, "reported pod counts = pods per node")
+        wait_for(counts_match, LIVENESS_S, "the agents' pod counts and avail = pods per node")
         # A deleted pod is replaced by the ReplicaSet controller, through the extender again.
         victim = _pods(core, namespace)[0].metadata.name
         core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
@@ -308,7 +400,7 @@ def test_deployment_scaled_through_the_controller_manager(
             assert ext.get(f"/api/v1/explain?pod={namespace}/{name}"), name
         apps.patch_namespaced_deployment_scale("web", namespace, {"spec": {"replicas": 2}})
         wait_for(lambda: running(2), LIVENESS_S, "scaled down to 2")
-        wait_for(counts_match, LIVENESS_S, "reported pod counts follow the scale-down")
+        wait_for(counts_match, LIVENESS_S, "the agents' pod counts follow the scale-down")
         assert sum(_placement(core, namespace).values()) == 2
     finally:
         apps.delete_namespaced_deployment("web", namespace, propagation_policy="Foreground")

@@ -110,8 +110,10 @@ async def test_list_then_watch_bound_pending_pods(
             )
 
         await _until(lambda: seen("late", node=N1, deleted=False), "the bound pod's event")
-        # Running takes the pod out of the selection: the watch says DELETED.
-        fake_kubelet.start_now(namespace)
+        # Running takes the pod out of the selection: the watch says DELETED. The kubelet's own
+        # watch may see the bind after the extender's does; start only what it has seen.
+        await _until(lambda: fake_kubelet.starting(namespace) == 2, "the kubelet seeing both")
+        assert fake_kubelet.start_now(namespace) == 2
         await _until(lambda: seen("early", deleted=True), "early leaving the selection")
         await _until(lambda: seen("late", deleted=True), "late leaving the selection")
     finally:

@@ -1,0 +1,88 @@
+"""The fake procfs reads, through the agent's own ProcSource, as the contention model says."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fake_procfs import GI, FakeProcfs, PodLoadModel
+
+from agent.proc_source import ProcSource
+from carico.simulate.cluster import Cluster
+from carico.simulate.params import BPI_2000, ModelParams
+
+
+def _sample(source: ProcSource) -> tuple[float, ...]:
+    time.sleep(0.1)
+    sample = source.read(time.monotonic())
+    assert not sample.missing, sample.problems
+    return tuple(float(v) for v in sample.features)
+
+
+def _reaches(source: ProcSource, want: tuple[float, ...], abs_tol: float) -> tuple[float, ...]:
+    """Sample until the features match ``want`` (the writer may lag on a loaded machine: a
+    liveness bound, not a timing), then once more: the value must stay."""
+    deadline = time.monotonic() + 30
+    got = _sample(source)
+    while got != pytest.approx(want, abs=abs_tol):
+        assert time.monotonic() < deadline, f"features {got}, model {want}"
+        got = _sample(source)
+    return _sample(source)
+
+
+def test_agent_reads_the_modelled_load(tmp_path: Path) -> None:
+    running = {"n": 0}
+    procfs = FakeProcfs(tmp_path, ["n"], lambda: dict(running))
+    procfs.start()
+    try:
+        source = ProcSource(str(procfs.proc_root("n")), ("cpu", "memory", "cpu_pressure"))
+        source.read(time.monotonic())  # the first sample has no interval yet
+        model = procfs.model
+        for pods in (0, 3):
+            running["n"] = pods
+            # Below saturation the counters give the model's value up to 1 µs rounding, and no
+            # CPU pressure.
+            got = _reaches(source, (*model.features(pods), 0.0), 1e-4)
+            assert got == pytest.approx((*model.features(pods), 0.0), abs=1e-4)
+        # 6 background threads + 1 + 2·3 = 13 runnable threads on 8 cores: saturated, PSI some
+        # = 5/8. The PSI total is up to one write (20 ms) older than the 100 ms+ interval read,
+        # and the writer may lag more on a loaded machine: a loose bound, not the exact value.
+        procfs.set_background("n", threads=6)
+        got = _reaches(source, (13 / 16, model.features(3)[1], 5 / 8), 0.25)
+        assert got[2] == pytest.approx(5 / 8, abs=0.25)
+        assert procfs.errors == []
+    finally:
+        procfs.stop()
+
+
+def test_room_is_left_in_pods() -> None:
+    model = PodLoadModel()
+    assert model.expected_avail(0) == pytest.approx(7.5)
+    assert model.expected_avail(3) == pytest.approx(4.5)
+    full = PodLoadModel(background_memory=model.background_memory_for(0.0))
+    assert full.background_memory == 31 * GI and full.expected_avail(0, idle=model) == 0.0
+    some = PodLoadModel(background_memory=model.background_memory_for(2.5))
+    assert some.expected_avail(0, idle=model) == pytest.approx(2.5)
+
+
+def test_the_simulator_can_drive_the_files(tmp_path: Path) -> None:
+    """``telemetry=``: the simulator's own node model in place of PodLoadModel."""
+    params = dataclasses.replace(ModelParams(), noise_util=0.0, noise_psi=0.0, noise_mem=0.0)
+    cluster = Cluster(params, 1, np.random.default_rng(0))
+    for _ in range(2):
+        cluster.bind(cluster.add_pod(BPI_2000), 0, startup=0.0)
+    cluster.step()
+    sim = cluster.telemetry(0)
+    assert sim.util > 0  # two pods run: the node is busy
+    procfs = FakeProcfs(tmp_path, ["n"], dict, telemetry=lambda node, pods, now: sim)
+    procfs.start()
+    try:
+        source = ProcSource(str(procfs.proc_root("n")), ("cpu", "memory"))
+        source.read(time.monotonic())
+        want = ((sim.util + sim.psi_cpu_some) / 2, sim.mem_used)
+        assert _reaches(source, want, 1e-4) == pytest.approx(want, abs=1e-4)
+    finally:
+        procfs.stop()
