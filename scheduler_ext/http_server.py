@@ -6,7 +6,9 @@
 * ``GET /api/v1/nodes`` — the capacity table with reservations and data age;
   ``GET /api/v1/reservations`` — the open reservations;
   ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod;
-  ``GET /api/v1/history`` — each node's recent avail and reserved (``history``).
+  ``GET /api/v1/history`` — each node's recent avail and reserved (``history``);
+  ``GET /api/v1/model`` — the global model's expected-workload vector as the agents report it
+  (``workload``).
 * ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
 
@@ -28,6 +30,7 @@ from aiohttp import web
 
 from carico.http_ops import add_ops_routes
 from scheduler_ext.service import BadRequest, ExtenderService
+from scheduler_ext.workload import model_view
 
 log = logging.getLogger(__name__)
 
@@ -139,10 +142,16 @@ def build_app(
         }
         return web.Response(body=msgspec.json.encode(body), content_type=JSON)
 
+    async def model(_: web.Request) -> web.Response:
+        table = service.table
+        view = model_view(table.reports(), service.clock(), table.is_fresh)
+        return web.Response(body=msgspec.json.encode(view), content_type=JSON)
+
     async def dashboard(_: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
     app.router.add_get("/api/v1/history", history)
+    app.router.add_get("/api/v1/model", model)
     app.router.add_get("/", dashboard)
     app.router.add_static("/static/", STATIC)
     add_ops_routes(app, service.metrics.registry, service.readiness.reason)
