@@ -11,25 +11,11 @@ import pytest
 
 from agent.pipeline import PipelineConfig
 from agent.service import AgentService, ServiceConfig
-from agent.telemetry import Sample
 from agent.wire import factor_to_wire, node_capacity_message
 from carico.model import SubspaceModel
 from protos.carico.v1 import aggregator_pb2
 
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class ConstantSource:
-    feature_names = ("cpu", "memory")
-
-    def read(self, now: float) -> Sample:
-        return Sample(np.array([0.4, 0.3]), psi_available=True)
+from .test_service import Clock, ConstantSource
 
 
 def _service() -> tuple[AgentService, Clock]:
