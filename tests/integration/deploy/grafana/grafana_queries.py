@@ -69,7 +69,39 @@ def metric_names(expr: str) -> set[str]:
 
 def queries(dashboard: dict[str, Any]) -> Iterator[tuple[str, str]]:
     """(panel title, expression) of every panel target, with the variables expanded."""
+    for title, expr, _ in targets(dashboard):
+        yield title, expr
+
+
+LEGEND_LABEL = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def label_uses(expr: str, legend: str = "") -> Iterator[tuple[frozenset[str], str, str]]:
+    """(metrics, label, how) for every label an expression or its legend relies on: label
+    matchers, ``by (...)`` groupings and the legend's ``{{label}}`` placeholders. The label must
+    exist on at least one of ``metrics`` or the panel shows nothing (or one unlabelled line)."""
+    tree = promql_parser.parse(expr)
+    uses: list[tuple[frozenset[str], str, str]] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            for matcher in node.matchers.matchers:
+                if matcher.name != "__name__":
+                    uses.append((frozenset({node.name}), matcher.name, "matcher"))
+        grouped = isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None
+        if grouped and node.modifier.type == promql_parser.AggModifierType.By:
+            below = frozenset(metric_names(str(node.expr)))
+            uses.extend((below, label, "by") for label in node.modifier.labels)
+
+    promql_parser.walk(tree, visit)
+    everything = frozenset(metric_names(expr))
+    uses.extend((everything, label, "legend") for label in LEGEND_LABEL.findall(legend))
+    yield from uses
+
+
+def targets(dashboard: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
+    """(panel title, expression, legend) of every panel target, with the variables expanded."""
     values = {"node": ".*", "datasource": "prometheus"}
     for panel in panels(dashboard):
         for target in panel.get("targets", []):
-            yield panel["title"], expand(target["expr"], values)
+            yield panel["title"], expand(target["expr"], values), target.get("legendFormat", "")

@@ -5,6 +5,7 @@ each a real ``carico`` process on 127.0.0.1 talking to the others.
 Series that only exist once something happened are made to happen, as in a cluster: a capacity
 report, filter/prioritize/bind/preempt calls (one candidate node has never reported, which is a
 stale-data decision), a checkpoint write. Repack series are declared from the first scrape.
+The labels the queries filter or group by, and those their legends show, must be on those series.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from carico.demo import Children, free_port
 
-from .grafana_queries import load, metric_names, queries
+from .grafana_queries import label_uses, load, metric_names, queries, targets
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +65,13 @@ def _wait(what: str, check: Callable[[], Any], children: Children) -> Any:
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
-def _series(text: str) -> set[str]:
-    """Names of the samples in an exposition (a family with no sample does not count)."""
-    return {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+def _series(text: str) -> dict[str, set[str]]:
+    """Sample name -> its label names, in an exposition (a family with no sample does not count)."""
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).update(sample.labels)
+    return found
 
 
 class Stack:
@@ -132,7 +137,7 @@ class Stack:
         found = re.search(r"http://[^:]+:(\d+)/\S* · gRPC CapacityIngest on [^:]+:(\d+)", text)
         return (int(found.group(1)), int(found.group(2))) if found else None
 
-    def scrape(self) -> dict[str, set[str]]:
+    def scrape(self) -> dict[str, dict[str, set[str]]]:
         return {name: _series(_get(url)) for name, url in self.metrics.items()}
 
     def logs(self) -> str:
@@ -195,7 +200,7 @@ def _check_every_metric(stack: Stack) -> None:
     _drive_the_extender(stack.extender)
 
     def missing() -> set[str]:
-        exposed = set().union(*stack.scrape().values())
+        exposed = set().union(*(set(series) for series in stack.scrape().values()))
         return set(wanted) - exposed
 
     try:
@@ -215,3 +220,11 @@ def _check_every_metric(stack: Stack) -> None:
             else "extender"
         )
         assert component == expected, name
+    # Every label a query filters or groups by, or its legend shows, is on the series it reads.
+    labels: dict[str, set[str]] = {}
+    for series in scraped.values():
+        for name, names in series.items():
+            labels.setdefault(name, set()).update(names)
+    for title, expr, legend in targets(load()):
+        for metrics, label, how in label_uses(expr, legend):
+            assert any(label in labels[m] for m in metrics), (title, how, label, sorted(metrics))
