@@ -191,7 +191,7 @@ def _check_every_metric(stack: Stack) -> None:
     for title, expr in queries(load()):
         for name in metric_names(expr):
             wanted.setdefault(name, []).append(title)
-    # The agent has reported through the extender and merged the aggregator's global model.
+    # The agent's first capacity report has reached the extender.
     _wait(
         "the agent's capacity report at the extender",
         lambda: json.loads(_get(f"{stack.extender}/api/v1/nodes")),
