@@ -4,7 +4,6 @@ expected-workload vector travels aggregator → agent → extender and matches t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
 from scheduler_ext.service import ExtenderService, Settings
 
-from .conftest import ScriptedSource, wait_for
+from .conftest import ScriptedSource, cancel_all, wait_for
 
 
 async def test_the_extender_holds_the_aggregators_expected_workload() -> None:
@@ -75,11 +74,7 @@ async def test_the_extender_holds_the_aggregators_expected_workload() -> None:
             # memory-heavy node), unlike either node's own model.
             assert min(g.expected_workload) > 0.1
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_all(tasks)
         await ext_server.close(None)
         await agg_server.stop(None)
         await aggregator.stop()
