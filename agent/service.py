@@ -22,6 +22,8 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
+    from agent.wire import GlobalWorkload
+
 from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
 from agent.telemetry import TelemetrySource
 
@@ -127,6 +129,8 @@ class AgentService:
         self.exchange_sequence = 0
         self.global_refused = 0
         self.last_report: CapacityReport | None = None
+        # The last accepted global model, passed on to the extender for its dashboard.
+        self.global_workload: GlobalWorkload | None = None
 
     # -- the sampling loop --------------------------------------------------------------------
 
@@ -154,7 +158,13 @@ class AgentService:
             from agent.wire import node_capacity_message
 
             self.reporter.publish(
-                node_capacity_message(self.config.node, report, self.source.feature_names, ts)
+                node_capacity_message(
+                    self.config.node,
+                    report,
+                    self.source.feature_names,
+                    ts,
+                    self.global_workload,
+                )
             )
 
     def _next_tick(self, next_at: float, period: float) -> tuple[float, float]:
@@ -214,7 +224,7 @@ class AgentService:
 
     def apply_global(self, reply: Any) -> None:
         """Use a GlobalModel reply: the model for the merge, the fleet prior for the cost."""
-        from agent.wire import factor_from_wire
+        from agent.wire import factor_from_wire, global_workload_of
 
         if reply.priors.has_per_pod_cost:
             self.pipeline.set_fleet_prior(reply.priors.median_per_pod_cost)
@@ -226,7 +236,8 @@ class AgentService:
             self.global_refused += 1
             raise
         view = GlobalView(model, max(int(reply.contributing_nodes), 1), self.monotonic())
-        self.pipeline.set_global(view)
+        if self.pipeline.set_global(view):
+            self.global_workload = global_workload_of(reply, model, view.received_at)
 
     # -- readiness and the whole service ------------------------------------------------------
 

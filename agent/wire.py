@@ -8,11 +8,12 @@ aggregator is refused and the agent goes on with its local model.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from agent.pipeline import CapacityReport
-from carico.model import SubspaceModel
+from carico.model import SubspaceModel, expected_workload
 from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 MODES = {
@@ -53,6 +54,50 @@ def factor_from_wire(
     return SubspaceModel.from_arrays(u, np.asarray(factor.sigma, dtype=np.float64))
 
 
+@dataclass(frozen=True)
+class GlobalWorkload:
+    """The latest accepted global model as the agent passes it on to the extender for display."""
+
+    expected_workload: tuple[float, ...]  # w = σ₁·u₁ of the global model
+    version: int
+    computed_at: float  # the aggregator's wall clock
+    contributing_nodes: int
+    aggregator: str
+    received_at: float  # the agent's monotonic clock
+
+
+def global_workload_of(
+    reply: aggregator_pb2.GlobalModel, model: SubspaceModel, received_at: float
+) -> GlobalWorkload:
+    """What the agent keeps of an accepted GlobalModel ``reply`` whose model is ``model``."""
+    return GlobalWorkload(
+        expected_workload=tuple(float(x) for x in expected_workload(model)),
+        version=reply.version,
+        computed_at=reply.timestamp,
+        contributing_nodes=reply.contributing_nodes,
+        aggregator=reply.aggregator,
+        received_at=received_at,
+    )
+
+
+def global_workload_message(
+    workload: GlobalWorkload | None, feature_names: tuple[str, ...], now: float
+) -> capacity_pb2.GlobalWorkload:
+    """The wire form at monotonic time ``now``; ``has_model`` false while there is none."""
+    if workload is None:
+        return capacity_pb2.GlobalWorkload(has_model=False)
+    return capacity_pb2.GlobalWorkload(
+        has_model=True,
+        expected_workload=list(workload.expected_workload),
+        feature_names=list(feature_names),
+        version=workload.version,
+        computed_at=workload.computed_at,
+        age_seconds=max(0.0, now - workload.received_at),
+        contributing_nodes=workload.contributing_nodes,
+        aggregator=workload.aggregator,
+    )
+
+
 def local_model_message(
     node: str,
     sequence: int,
@@ -77,9 +122,17 @@ def _finite(value: float, default: float = 0.0) -> float:
 
 
 def node_capacity_message(
-    node: str, report: CapacityReport, feature_names: tuple[str, ...], timestamp: float
+    node: str,
+    report: CapacityReport,
+    feature_names: tuple[str, ...],
+    timestamp: float,
+    global_workload: GlobalWorkload | None = None,
 ) -> capacity_pb2.NodeCapacity:
-    """The report as sent to the extender; the sequence number is set by the sender."""
+    """The report as sent to the extender; the sequence number is set by the sender.
+
+    ``global_workload`` is the latest global model the agent accepted (None: none yet); its age
+    is taken at the report's own (monotonic) time.
+    """
     return capacity_pb2.NodeCapacity(
         node=node,
         avail=_finite(report.avail),
@@ -98,4 +151,5 @@ def node_capacity_message(
         timestamp=timestamp,
         features=list(report.features),
         feature_names=list(feature_names),
+        global_workload=global_workload_message(global_workload, feature_names, report.now),
     )

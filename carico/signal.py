@@ -34,6 +34,18 @@ DEFAULT_K_MAX = 1000.0
 DEFAULT_EPS = 1e-9
 
 
+def expected_workload(model: SubspaceModel) -> np.ndarray:
+    """w = σ₁·u₁ with u₁ non-negative: the typical workload, in the telemetry's [0,1] units.
+
+    >>> import numpy as np
+    >>> expected_workload(SubspaceModel(np.array([[0.6, -0.8], [0.8, 0.6]]), [0.5, 0.1])).tolist()
+    [0.3, 0.4]
+    """
+    sigma1, u1 = model.top()
+    w: np.ndarray = sigma1 * u1
+    return w
+
+
 def capacity_signal(
     y: ArrayLike,
     model: SubspaceModel,
@@ -68,8 +80,7 @@ def capacity_signal(
         raise ValueError("y contains NaN or inf (telemetry not available for every feature)")
     if np.any(y_arr >= 1.0):
         return 0.0
-    sigma1, u1 = model.top()
-    w = sigma1 * u1
+    w = expected_workload(model)
     used = w > eps
     if not used.any():
         return float(k_max)

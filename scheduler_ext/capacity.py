@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from protos.carico.v1 import capacity_pb2
+from scheduler_ext.workload import GlobalWorkload, validate_workload
 
 INITIAL_SLOTS = 1024
 MAX_NODE_NAME = 253  # a Node name is a DNS subdomain
@@ -68,6 +69,7 @@ class NodeReport:
     sequence: int
     timestamp: float
     received_at: float
+    global_workload: GlobalWorkload | None = None  # the global model the agent last received
 
     @classmethod
     def from_message(cls, msg: capacity_pb2.NodeCapacity, received_at: float) -> NodeReport:
@@ -88,6 +90,7 @@ class NodeReport:
             sequence=msg.sequence,
             timestamp=msg.timestamp,
             received_at=received_at,
+            global_workload=GlobalWorkload.from_message(msg.global_workload),
         )
 
 
@@ -120,7 +123,7 @@ def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
         return "features contain a non-finite value"
     if msg.feature_names and len(msg.feature_names) != len(msg.features):
         return "features and feature_names differ in length"
-    return None
+    return validate_workload(msg.global_workload)
 
 
 def fmt(x: float) -> str:

@@ -6,7 +6,9 @@
 * ``GET /api/v1/nodes`` — the capacity table with reservations and data age;
   ``GET /api/v1/reservations`` — the open reservations;
   ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod;
-  ``GET /api/v1/history`` — each node's recent avail and reserved (``history``).
+  ``GET /api/v1/history`` — each node's recent avail and reserved (``history``);
+  ``GET /api/v1/model`` — the global model's expected-workload vector as the agents report it
+  (``workload``).
 * ``POST /repack`` — compute a repacking plan now (optional body ``{"time_limit": s,
   "dry_run": bool}``); ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
   ``GET /api/v1/repack`` — the repacker's mode and trigger state (``repack.service``).
@@ -37,6 +39,7 @@ from scheduler_ext.repack.service import (
     parse_run_request,
 )
 from scheduler_ext.service import BadRequest, ExtenderService
+from scheduler_ext.workload import model_view
 
 if TYPE_CHECKING:
     from scheduler_ext.repack.service import RepackService
@@ -154,10 +157,16 @@ def build_app(
         }
         return web.Response(body=msgspec.json.encode(body), content_type=JSON)
 
+    async def model(_: web.Request) -> web.Response:
+        table = service.table
+        view = model_view(table.reports(), service.clock(), table.is_fresh)
+        return web.Response(body=msgspec.json.encode(view), content_type=JSON)
+
     async def dashboard(_: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
     app.router.add_get("/api/v1/history", history)
+    app.router.add_get("/api/v1/model", model)
     app.router.add_get("/", dashboard)
     app.router.add_static("/static/", STATIC)
     add_ops_routes(app, service.metrics.registry, service.readiness.reason)

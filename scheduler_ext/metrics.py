@@ -34,6 +34,9 @@ LATENCY_BUCKETS = (
     2.5,
     5.0,
 )
+REPACK_TRIGGERS = ("unschedulable", "http")
+REPACK_STATUSES = ("OPTIMAL", "FEASIBLE", "NO_IMPROVEMENT", "INFEASIBLE", "ERROR")
+REPACK_EXECUTION_OUTCOMES = ("completed", "aborted")
 # Repack solves run under a time budget of about a second to a minute.
 REPACK_SOLVE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -171,6 +174,13 @@ class ExtenderMetrics:
         )
         for kind in ("move", "placement", "eviction"):
             self.repack_plan_actions.labels(kind).set(0)
+        # Every known label value from the start, so rate() and increase() have a zero to count
+        # from and the dashboard's queries find the series before the first repack.
+        for trigger in REPACK_TRIGGERS:
+            for status in REPACK_STATUSES:
+                self.repack_runs.labels(trigger, status)
+        for outcome in REPACK_EXECUTION_OUTCOMES:
+            self.repack_executions.labels(outcome)
         r.register(_StateCollector(table, ledger, clock))
         # Children bound once: labels() costs a lock and a dict lookup per call.
         self.latency_of = {v: self.latency.labels(v) for v in VERBS}

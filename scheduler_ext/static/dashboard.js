@@ -85,18 +85,37 @@ function renderNodes(nodes) {
     body.append(el("tr", {}, el("td", { colspan: "11" }, "no node has reported yet")));
   }
   staleNodes = new Set(nodes.filter((n) => n.stale).map((n) => n.name));
-  renderGlobal(nodes);
 }
 
-function renderGlobal(nodes) {
+function renderGlobal(nodes, model) {
+  const box = document.getElementById("global");
   const reported = nodes.filter((n) => n.reported);
   const merged = reported.filter((n) => n.health && n.health.global_model).length;
-  document.getElementById("global").replaceChildren(
-    el("p", {}, `${merged} of ${reported.length} reporting nodes merge the global model.`),
-    el("p", { class: "note" }, "The expected-workload vector itself lives in the aggregator, " +
-      "which serves it to the agents over gRPC; the extender does not receive it, so it is " +
-      "not shown here."),
-  );
+  const parts = [el("p", {}, `${merged} of ${reported.length} reporting nodes merge the global model.`)];
+  box.className = model.available ? (model.stale ? "stale" : "fresh") : "absent";
+  if (!model.available) {
+    parts.push(el("p", {}, badge("ABSENT", "bad", "no agent has reported a global model"),
+      " no agent has received a global model from the aggregator yet"));
+    box.replaceChildren(...parts);
+    return;
+  }
+  const why = "its node is stale or no longer merges it (older than the agents' global TTL)";
+  parts.push(el("p", { class: "note" },
+    ...(model.stale ? [badge("STALE", "bad", why), " "] : []),
+    `Expected workload w = σ₁·u₁ (telemetry units: 1 is a full resource): version ${model.version} from ` +
+    `${model.aggregator || "the aggregator"}, ${model.contributing_nodes} nodes contributing, ` +
+    `${num(model.age_seconds, 1)} s old (via ${model.reported_by}).`));
+  const w = model.expected_workload;
+  const top = Math.max(1, ...w);
+  const rows = model.feature_names.map((name, i) => el("tr", { "data-feature": name },
+    el("td", { class: "feature" }, name),
+    el("td", { class: "value" }, num(w[i], 3)),
+    el("td", { class: "bar" }, el("span", { class: "fill",
+      style: `width: ${(100 * w[i] / top).toFixed(1)}%` }))));
+  parts.push(el("table", { id: "workload" },
+    el("thead", {}, el("tr", {}, el("th", {}, "feature"), el("th", {}, "w"), el("th", {}, ""))),
+    el("tbody", {}, ...rows)));
+  box.replaceChildren(...parts);
 }
 
 function renderReservations(list) {
@@ -170,10 +189,12 @@ function renderHistory(h) {
 async function refresh() {
   const status = document.getElementById("status");
   try {
-    const [nodes, reservations, history] = await Promise.all([
-      getJSON("api/v1/nodes"), getJSON("api/v1/reservations"), getJSON("api/v1/history")]);
+    const [nodes, reservations, history, model] = await Promise.all([
+      getJSON("api/v1/nodes"), getJSON("api/v1/reservations"), getJSON("api/v1/history"),
+      getJSON("api/v1/model")]);
     renderHistory(history);
     renderNodes(nodes);
+    renderGlobal(nodes, model);
     renderReservations(reservations);
     refreshes += 1;
     document.body.dataset.refreshes = String(refreshes);

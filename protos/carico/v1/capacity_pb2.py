@@ -24,21 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fprotos/carico/v1/capacity.proto\x12\tcarico.v1\"\x82\x01\n\x0bHealthFlags\x12\x15\n\rpsi_available\x18\x01 \x01(\x08\x12\x12\n\nchurn_hold\x18\x02 \x01(\x08\x12\x19\n\x11model_age_seconds\x18\x03 \x01(\x01\x12\x14\n\x0cglobal_model\x18\x04 \x01(\x08\x12\x17\n\x0fsamples_missing\x18\x05 \x01(\x04\"\x89\x02\n\x0cNodeCapacity\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05\x61vail\x18\x02 \x01(\x01\x12\t\n\x01k\x18\x03 \x01(\x01\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x01\x12\x14\n\x0cper_pod_cost\x18\x05 \x01(\x01\x12\x0c\n\x04pods\x18\x06 \x01(\r\x12%\n\x04mode\x18\x07 \x01(\x0e\x32\x17.carico.v1.CapacityMode\x12&\n\x06health\x18\x08 \x01(\x0b\x32\x16.carico.v1.HealthFlags\x12\x10\n\x08sequence\x18\t \x01(\x04\x12\x11\n\ttimestamp\x18\n \x01(\x01\x12\x10\n\x08\x66\x65\x61tures\x18\x0b \x03(\x01\x12\x15\n\rfeature_names\x18\x0c \x03(\t\"b\n\rReportSummary\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08rejected\x18\x02 \x01(\x04\x12\x15\n\rlast_sequence\x18\x03 \x01(\x04\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t*a\n\x0c\x43\x61pacityMode\x12\x1d\n\x19\x43\x41PACITY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41PACITY_MODE_LIVE\x10\x01\x12\x1a\n\x16\x43\x41PACITY_MODE_ESTIMATE\x10\x02\x32O\n\x0e\x43\x61pacityIngest\x12=\n\x06Report\x12\x17.carico.v1.NodeCapacity\x1a\x18.carico.v1.ReportSummary(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fprotos/carico/v1/capacity.proto\x12\tcarico.v1\"\x82\x01\n\x0bHealthFlags\x12\x15\n\rpsi_available\x18\x01 \x01(\x08\x12\x12\n\nchurn_hold\x18\x02 \x01(\x08\x12\x19\n\x11model_age_seconds\x18\x03 \x01(\x01\x12\x14\n\x0cglobal_model\x18\x04 \x01(\x08\x12\x17\n\x0fsamples_missing\x18\x05 \x01(\x04\"\xc0\x01\n\x0eGlobalWorkload\x12\x11\n\thas_model\x18\x01 \x01(\x08\x12\x19\n\x11\x65xpected_workload\x18\x02 \x03(\x01\x12\x15\n\rfeature_names\x18\x03 \x03(\t\x12\x0f\n\x07version\x18\x04 \x01(\x04\x12\x13\n\x0b\x63omputed_at\x18\x05 \x01(\x01\x12\x13\n\x0b\x61ge_seconds\x18\x06 \x01(\x01\x12\x1a\n\x12\x63ontributing_nodes\x18\x07 \x01(\r\x12\x12\n\naggregator\x18\x08 \x01(\t\"\xbd\x02\n\x0cNodeCapacity\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\r\n\x05\x61vail\x18\x02 \x01(\x01\x12\t\n\x01k\x18\x03 \x01(\x01\x12\x10\n\x08\x63\x61pacity\x18\x04 \x01(\x01\x12\x14\n\x0cper_pod_cost\x18\x05 \x01(\x01\x12\x0c\n\x04pods\x18\x06 \x01(\r\x12%\n\x04mode\x18\x07 \x01(\x0e\x32\x17.carico.v1.CapacityMode\x12&\n\x06health\x18\x08 \x01(\x0b\x32\x16.carico.v1.HealthFlags\x12\x10\n\x08sequence\x18\t \x01(\x04\x12\x11\n\ttimestamp\x18\n \x01(\x01\x12\x10\n\x08\x66\x65\x61tures\x18\x0b \x03(\x01\x12\x15\n\rfeature_names\x18\x0c \x03(\t\x12\x32\n\x0fglobal_workload\x18\r \x01(\x0b\x32\x19.carico.v1.GlobalWorkload\"b\n\rReportSummary\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x01 \x01(\x04\x12\x10\n\x08rejected\x18\x02 \x01(\x04\x12\x15\n\rlast_sequence\x18\x03 \x01(\x04\x12\x16\n\x0elast_rejection\x18\x04 \x01(\t*a\n\x0c\x43\x61pacityMode\x12\x1d\n\x19\x43\x41PACITY_MODE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43\x41PACITY_MODE_LIVE\x10\x01\x12\x1a\n\x16\x43\x41PACITY_MODE_ESTIMATE\x10\x02\x32O\n\x0e\x43\x61pacityIngest\x12=\n\x06Report\x12\x17.carico.v1.NodeCapacity\x1a\x18.carico.v1.ReportSummary(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.carico.v1.capacity_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CAPACITYMODE']._serialized_start=547
-  _globals['_CAPACITYMODE']._serialized_end=644
+  _globals['_CAPACITYMODE']._serialized_start=794
+  _globals['_CAPACITYMODE']._serialized_end=891
   _globals['_HEALTHFLAGS']._serialized_start=47
   _globals['_HEALTHFLAGS']._serialized_end=177
-  _globals['_NODECAPACITY']._serialized_start=180
-  _globals['_NODECAPACITY']._serialized_end=445
-  _globals['_REPORTSUMMARY']._serialized_start=447
-  _globals['_REPORTSUMMARY']._serialized_end=545
-  _globals['_CAPACITYINGEST']._serialized_start=646
-  _globals['_CAPACITYINGEST']._serialized_end=725
+  _globals['_GLOBALWORKLOAD']._serialized_start=180
+  _globals['_GLOBALWORKLOAD']._serialized_end=372
+  _globals['_NODECAPACITY']._serialized_start=375
+  _globals['_NODECAPACITY']._serialized_end=692
+  _globals['_REPORTSUMMARY']._serialized_start=694
+  _globals['_REPORTSUMMARY']._serialized_end=792
+  _globals['_CAPACITYINGEST']._serialized_start=893
+  _globals['_CAPACITYINGEST']._serialized_end=972
 # @@protoc_insertion_point(module_scope)

@@ -77,6 +77,62 @@ class HealthFlags(_message.Message):
 Global___HealthFlags: _TypeAlias = HealthFlags  # noqa: Y015
 
 @_typing.final
+class GlobalWorkload(_message.Message):
+    """The global model as the reporting agent last received it from the aggregator (DESIGN §3.4-3.5),
+    carried so that the extender can show it; the extender does not use it for decisions.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HAS_MODEL_FIELD_NUMBER: _builtins.int
+    EXPECTED_WORKLOAD_FIELD_NUMBER: _builtins.int
+    FEATURE_NAMES_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    COMPUTED_AT_FIELD_NUMBER: _builtins.int
+    AGE_SECONDS_FIELD_NUMBER: _builtins.int
+    CONTRIBUTING_NODES_FIELD_NUMBER: _builtins.int
+    AGGREGATOR_FIELD_NUMBER: _builtins.int
+    has_model: _builtins.bool
+    """false (and the rest empty) until the agent has one"""
+    version: _builtins.int
+    """the aggregator's version of the model"""
+    computed_at: _builtins.float
+    """when the aggregator computed it, its wall clock"""
+    age_seconds: _builtins.float
+    """seconds since the agent received it"""
+    contributing_nodes: _builtins.int
+    """nodes represented in the global model"""
+    aggregator: _builtins.str
+    """name of the aggregator that served it"""
+    @_builtins.property
+    def expected_workload(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The expected-workload vector w = sigma_1 * u_1 of the global model (u_1 made non-negative),
+        in the same [0,1] telemetry units as the features; one value per feature_names entry.
+        """
+
+    @_builtins.property
+    def feature_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        has_model: _builtins.bool = ...,
+        expected_workload: _abc.Iterable[_builtins.float] | None = ...,
+        feature_names: _abc.Iterable[_builtins.str] | None = ...,
+        version: _builtins.int = ...,
+        computed_at: _builtins.float = ...,
+        age_seconds: _builtins.float = ...,
+        contributing_nodes: _builtins.int = ...,
+        aggregator: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["age_seconds", b"age_seconds", "aggregator", b"aggregator", "computed_at", b"computed_at", "contributing_nodes", b"contributing_nodes", "expected_workload", b"expected_workload", "feature_names", b"feature_names", "has_model", b"has_model", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GlobalWorkload: _TypeAlias = GlobalWorkload  # noqa: Y015
+
+@_typing.final
 class NodeCapacity(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -92,6 +148,7 @@ class NodeCapacity(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     FEATURES_FIELD_NUMBER: _builtins.int
     FEATURE_NAMES_FIELD_NUMBER: _builtins.int
+    GLOBAL_WORKLOAD_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     avail: _builtins.float
     """how many more pods fit, in pods"""
@@ -116,6 +173,10 @@ class NodeCapacity(_message.Message):
 
     @_builtins.property
     def feature_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def global_workload(self) -> Global___GlobalWorkload:
+        """unset by agents older than this field"""
+
     def __init__(
         self,
         *,
@@ -131,10 +192,11 @@ class NodeCapacity(_message.Message):
         timestamp: _builtins.float = ...,
         features: _abc.Iterable[_builtins.float] | None = ...,
         feature_names: _abc.Iterable[_builtins.str] | None = ...,
+        global_workload: Global___GlobalWorkload | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["health", b"health"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["global_workload", b"global_workload", "health", b"health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "feature_names", b"feature_names", "features", b"features", "health", b"health", "k", b"k", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "feature_names", b"feature_names", "features", b"features", "global_workload", b"global_workload", "health", b"health", "k", b"k", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -93,6 +94,15 @@ class ScriptedSource:
         self.reads += 1
         noise = self.rng.normal(0.0, 0.005, size=2)
         return Sample(np.clip(self.y + noise, 0, 1), psi_available=True, pods=self.pods)
+
+
+async def cancel_all(tasks: list[asyncio.Task[int]]) -> None:
+    """Cancel the agents' tasks and wait until each has finished cancelling."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await t
 
 
 async def wait_for(condition: Callable[[], bool], timeout: float = 15.0) -> None:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from agent.pipeline import PipelineConfig
 from agent.service import AgentService, ServiceConfig
 from aggregator.grpc_server import start_grpc_server
 from aggregator.service import AggregatorConfig, AggregatorService
 
-from .conftest import ScriptedSource, wait_for
+from .conftest import ScriptedSource, cancel_all, wait_for
 
 
 async def test_agents_exchange_models_through_the_real_aggregator() -> None:
@@ -51,10 +50,6 @@ async def test_agents_exchange_models_through_the_real_aggregator() -> None:
         _, u1 = view.model.top()
         assert u1[0] > 0.3 and u1[1] > 0.3
     finally:
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
+        await cancel_all(tasks)
         await server.stop(None)
         await aggregator.stop()

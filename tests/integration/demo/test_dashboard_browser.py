@@ -1,6 +1,6 @@
 """The dashboard in a real headless browser (Debian's Chromium driven by Selenium) against a running
-``carico demo``: rows appear for every node, values update, an explained decision shows, and a node
-whose agent is stopped turns stale.
+``carico demo``: rows appear for every node, values update, the global model's expected-workload
+vector shows, an explained decision shows, and a node whose agent is stopped turns stale.
 
 Chromium comes from ``make browser`` (``make test`` runs it first). Without it this test fails with
 that instruction rather than skipping: a dashboard nobody has loaded is not tested.
@@ -115,6 +115,26 @@ def _rows(driver: Any) -> dict[str, dict[str, str]]:
     return rows
 
 
+WORKLOAD_JS = """
+const box = document.getElementById('global');
+if (box.className !== 'fresh') return null;
+const out = {};
+for (const tr of box.querySelectorAll('#workload tr[data-feature]')) {
+  const bar = tr.querySelector('.fill');
+  if (!bar || !bar.style.width) return null;
+  out[tr.dataset.feature] = tr.querySelector('td.value').textContent;
+}
+return Object.keys(out).length ? out : null;
+"""
+
+
+def _workload(driver: Any) -> dict[str, str] | None:
+    found: dict[str, str] | None = driver.execute_script(WORKLOAD_JS)
+    if found and all(re.fullmatch(r"\d+\.\d{3}", v) for v in found.values()):
+        return found
+    return None
+
+
 def test_dashboard_shows_live_nodes_and_marks_a_stopped_one_stale(
     demo: dict[str, Any], browser: Any
 ) -> None:
@@ -149,6 +169,11 @@ def test_dashboard_shows_live_nodes_and_marks_a_stopped_one_stale(
         "return [...document.querySelectorAll('#charts .chart')].map((c) => c.dataset.node)"
     )
     assert set(charts) == expected
+    # The global model's expected-workload vector: one bar per feature, a number in [0, √2].
+    workload = _wait("the global model's expected-workload vector", lambda: _workload(browser))
+    assert set(workload) == {"cpu", "memory"}
+    assert all(0 <= float(v) <= 2**0.5 for v in workload.values()), workload
+    assert any(float(v) > 0 for v in workload.values()), workload
     assert _wait(
         "the repack panel",
         lambda: browser.find_element(By.ID, "repack").text == "repacker not connected",
