@@ -113,6 +113,11 @@ OVERLAYS = (
         "ServiceMonitors for the agents, the aggregator and the extender.",
     ),
     Overlay(
+        "grafana-dashboard",
+        ("grafanaDashboard.enabled=true",),
+        "The Grafana dashboard as a ConfigMap labelled for Grafana's dashboard sidecar.",
+    ),
+    Overlay(
         "cert-manager",
         ("certManager.enabled=true",),
         "cert-manager issues carico-{agent,aggregator,extender}-tls instead of `carico certs`.",

@@ -228,6 +228,7 @@ STAND_IN_CRDS = [
                     port=_string(),
                     path=_string(),
                     interval=_string(),
+                    honorLabels={"type": "boolean"},
                     scheme=_string(),
                     tlsConfig=_object(
                         serverName=_string(),

@@ -15,8 +15,9 @@ from typing import Any
 import promql_parser
 
 ROOT = Path(__file__).resolve().parents[4]
-DASHBOARD = ROOT / "deploy" / "grafana" / "carico-dashboard.json"
-KUSTOMIZATION = ROOT / "deploy" / "grafana" / "kustomization.yaml"
+DASHBOARD = ROOT / "deploy" / "helm" / "carico" / "files" / "carico-dashboard.json"
+# The overlay generated from the chart with grafanaDashboard.enabled=true (carico.manifests).
+DASHBOARD_OVERLAY = ROOT / "deploy" / "overlays" / "grafana-dashboard" / "resources.yaml"
 
 # Grafana's own variables, with values of the kind Grafana substitutes.
 BUILTIN = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h"}

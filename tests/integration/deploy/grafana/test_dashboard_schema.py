@@ -1,15 +1,16 @@
 """The shipped Grafana dashboard is well formed: what Grafana needs to import and render it, the
-PromQL parses, the variables it uses are defined, and the kustomization ships it as the ConfigMap
-the Grafana sidecar looks for."""
+PromQL parses, the variables it uses are defined, and the grafana-dashboard overlay ships it as
+the ConfigMap the Grafana sidecar looks for."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 import yaml
 
-from .grafana_queries import DASHBOARD, KUSTOMIZATION, load, metric_names, panels, queries
+from .grafana_queries import DASHBOARD, DASHBOARD_OVERLAY, load, metric_names, panels, queries
 from .grafana_queries import variables_used as used
 
 PANEL_TYPES = {"row", "timeseries", "stat", "gauge", "table", "bargauge"}
@@ -98,12 +99,14 @@ def test_every_query_parses_and_names_its_metrics(dashboard: dict[str, Any]) -> 
     assert seen >= 30
 
 
-def test_the_kustomization_ships_it_for_the_grafana_sidecar() -> None:
-    k = yaml.safe_load(KUSTOMIZATION.read_text())
-    assert k["namespace"] == "carico-system"
-    assert k["generatorOptions"]["labels"]["grafana_dashboard"] == "1"
-    assert k["generatorOptions"]["disableNameSuffixHash"] is True
-    (generator,) = k["configMapGenerator"]
-    assert generator["name"] == "carico-grafana-dashboard"
-    assert generator["files"] == [DASHBOARD.name]
-    assert (KUSTOMIZATION.parent / generator["files"][0]).is_file()
+def test_the_overlay_ships_it_for_the_grafana_sidecar() -> None:
+    (config_map,) = [
+        o for o in yaml.safe_load_all(DASHBOARD_OVERLAY.read_text()) if o["kind"] == "ConfigMap"
+    ]
+    meta = config_map["metadata"]
+    assert (meta["name"], meta["namespace"]) == ("carico-grafana-dashboard", "carico-system")
+    assert meta["labels"]["grafana_dashboard"] == "1"
+    # The chart embeds the file as it is, so the sidecar loads exactly the tested dashboard.
+    assert json.loads(config_map["data"]["carico-dashboard.json"]) == json.loads(
+        DASHBOARD.read_text()
+    )
