@@ -53,6 +53,14 @@ class ExchangeRefused(Exception):
         self.outcome = outcome
 
 
+def invalid(request: aggregator_pb2.LocalModel, problem: ValidationError) -> ExchangeRefused:
+    """The refusal of a model that failed validation (its node name, then the problem)."""
+    message = f"{request.node[:253] or '?'}: {problem}"
+    # Debug only: one broken agent must not flood the logs; the metric counts them.
+    log.debug("model refused", extra={"reason": message})
+    return ExchangeRefused("invalid", message)
+
+
 class AggregatorService:
     def __init__(
         self,
@@ -72,6 +80,8 @@ class AggregatorService:
         self._reply = global_message(None, 0, config.name, clock()).SerializeToString()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Called with every new serialised reply (a multi-process aggregator publishes it).
+        self.on_reply: Callable[[bytes], None] | None = None
         self.metrics.global_model_age.set_function(self._model_age)
 
     # -- the hot path -------------------------------------------------------------------------
@@ -91,10 +101,7 @@ class AggregatorService:
                 )
         except ValidationError as exc:
             outcomes["invalid"] += 1
-            message = f"{request.node[:253] or '?'}: {exc}"
-            # Debug only: one broken agent must not flood the logs; the metric counts them.
-            log.debug("model refused", extra={"reason": message})
-            raise ExchangeRefused("invalid", message) from None
+            raise invalid(request, exc) from None
         outcomes[outcome] += 1
         if outcome == OUTCOME_OVER_CAPACITY:
             raise ExchangeRefused(
@@ -103,6 +110,10 @@ class AggregatorService:
         if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
             self._wake.set()
         return self._reply
+
+    def answer(self, request: aggregator_pb2.LocalModel, raw: bytes) -> bytes:
+        """``exchange`` as the gRPC handler calls it (with the request's bytes, unused here)."""
+        return self.exchange(request)
 
     @property
     def reply(self) -> bytes:
@@ -157,6 +168,8 @@ class AggregatorService:
             reply = global_message(self._local, self._version, self.config.name, now)
             self._served_at = self._local.computed_at if self._local is not None else None
         self._reply = reply.SerializeToString()
+        if self.on_reply is not None:
+            self.on_reply(self._reply)
 
     def expire(self) -> list[str]:
         now = self.clock()
