@@ -297,13 +297,13 @@ class Merger:
         task.add_done_callback(self._tasks.discard)
 
     async def _restart(self, index: int) -> None:
+        self.service.metrics.worker_restarts.inc()
         try:
             await self._spawn(index)
         except OSError as exc:
             log.error("worker restart failed", extra={"worker": index, "error": str(exc)})
             self.failed.set()
             return
-        self.service.metrics.worker_restarts.inc()
         log.warning("worker restarted", extra={"worker": index})
 
     # -- state to the workers -----------------------------------------------------------------
