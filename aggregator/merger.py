@@ -45,6 +45,9 @@ log = logging.getLogger("carico.aggregator")
 # about every call, so that a new sender beyond the limit is refused exactly as in one process. It
 # only has to cover the senders that can arrive within one batch delay.
 ASK_HEADROOM = 1024
+# A worker this many states behind is not sent more until it catches up: a stuck worker must not
+# fill its pipe and block the merger (the state is "latest wins", so skipping loses nothing).
+MAX_UNSEEN = 32
 
 
 @dataclass
@@ -55,6 +58,7 @@ class _Worker:
     ready: asyncio.Future[int]
     reported_at: float = field(default_factory=time.monotonic)
     seen: int = -1  # the last state it has applied
+    skipped: bool = False  # a state was not sent to it because it lagged
     attached: bool = True  # the pipe is still being read
 
 
@@ -224,10 +228,10 @@ class Merger:
         if kind == "models":
             exchange, parse = self.service.exchange, self._parse
             for raw in message[1]:
-                # Validated by the worker; the service checks again against the current state
-                # (and counts the outcome: accepted or stale).
+                # Validated by the worker; the store decides (and the service counts) whether it
+                # is accepted or stale.
                 with contextlib.suppress(ExchangeRefused):
-                    exchange(parse(raw))
+                    exchange(parse(raw), True)
         elif kind == "ask":
             _, call, raw = message
             try:
@@ -243,6 +247,12 @@ class Merger:
             self._send(worker, answer)
         elif kind == "seen":
             worker.seen = message[1]
+            if self._state_number - worker.seen >= MAX_UNSEEN:
+                pass  # still behind: more is sent when it catches up
+            elif worker.skipped:
+                worker.skipped = False
+                assert self._published is not None
+                self._send(worker, ("state", self._state_number, *self._published))
         elif kind == "metrics":
             self.service.metrics.worker_totals.report(worker.index, message[1])
             worker.reported_at = time.monotonic()
@@ -277,8 +287,8 @@ class Merger:
                 OSError(f"worker {worker.index} exited with {worker.process.exitcode} on start")
             )
             return
-        if self._stopping:
-            return
+        if self._stopping or worker.ready.exception() is not None:
+            return  # stopping, or it never served: whoever awaited its start handles that
         log.error(
             "worker exited unexpectedly",
             extra={"worker": worker.index, "exitcode": worker.process.exitcode},
@@ -323,7 +333,10 @@ class Merger:
         self._published = state
         self._state_number += 1
         for worker in self._workers.values():
-            self._send(worker, ("state", self._state_number, *state))
+            if self._state_number - worker.seen > MAX_UNSEEN:
+                worker.skipped = True
+            else:
+                self._send(worker, ("state", self._state_number, *state))
 
     def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
         if worker.attached:

@@ -24,7 +24,7 @@ from pathlib import Path
 from aggregator import checkpoint
 from aggregator.metrics import AggregatorMetrics
 from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
-from aggregator.validate import ValidationError, validate_local_model
+from aggregator.validate import ValidationError, checked_entry, validate_local_model
 from aggregator.wire import global_message
 from protos.carico.v1 import aggregator_pb2
 
@@ -86,13 +86,20 @@ class AggregatorService:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def exchange(self, request: aggregator_pb2.LocalModel) -> bytes:
-        """Fold ``request`` in (as its sender's latest model) and return the serialised reply."""
+    def exchange(self, request: aggregator_pb2.LocalModel, checked: bool = False) -> bytes:
+        """Fold ``request`` in (as its sender's latest model) and return the serialised reply.
+
+        ``checked``: a worker process has validated it already; the store still refuses a
+        feature set other than its own (it may have changed since).
+        """
         outcomes = self.metrics.exchanges
         now = self.clock()
         store = self.store
         try:
-            entry, names = validate_local_model(request, store.feature_names, now, store.known)
+            if checked:
+                entry, names = checked_entry(request, now)
+            else:
+                entry, names = validate_local_model(request, store.feature_names, now, store.known)
             learning = store.feature_names is None
             outcome = store.offer(entry, names, self.config.max_senders)
             if learning:
