@@ -724,7 +724,7 @@ def summarise(runs: list[Run]) -> Summary:
         p50_ms=float(np.median([r.p50 for r in runs])) * 1e3,
         p99_ms=float(np.median([r.p99 for r in runs])) * 1e3,
         lag_p99_ms=float(np.percentile(lags, 99)) * 1e3 if len(lags) else math.nan,
-        late=sum(r.late for r in runs) / max(1, ok),
+        late=sum(r.late for r in runs) / max(1, ok + sum(r.errors for r in runs)),
         errors=sum(r.errors for r in runs),
         server_cpu_us=1e6 * sum(r.server_cpu for r in runs) / max(1, ok),
         codes=codes,

@@ -256,6 +256,8 @@ async def test_metrics_and_health_on_the_ops_endpoint(
     assert 'carico_aggregator_exchanges_total{outcome="accepted"} 3.0' in text
     assert 'carico_aggregator_exchanges_total{outcome="invalid"} 1.0' in text
     assert "carico_aggregator_exchange_latency_seconds_count 4.0" in text
+    if workers > 1:  # the counts above are sums over the worker processes
+        assert f"carico_aggregator_workers {float(workers)}" in text
     age = next(
         line
         for line in text.splitlines()
