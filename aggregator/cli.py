@@ -234,8 +234,6 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 args.listen,
                 args.workers,
                 WorkerConfig(
-                    index=0,
-                    address=args.listen,
                     tls=tls,
                     max_message_bytes=args.max_message_bytes,
                     max_concurrent_rpcs=args.max_concurrent_rpcs or None,

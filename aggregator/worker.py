@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from aggregator.grpc_server import ServerTls, start_grpc_server
+from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_grpc_server
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import ExchangeRefused, invalid
 from aggregator.validate import ValidationError, validate_local_model
@@ -49,11 +49,13 @@ MAX_KNOWN_NAMES = 200_000
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    index: int
-    address: str  # HOST:PORT, the port already chosen by the merger
-    tls: ServerTls | None
-    max_message_bytes: int
-    max_concurrent_rpcs: int | None
+    """How to run a worker; the merger fills in ``index`` and ``address`` for each."""
+
+    index: int = 0
+    address: str = ""  # HOST:PORT, the port already chosen by the merger
+    tls: ServerTls | None = None
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_concurrent_rpcs: int | None = None
     log_level: str = "warning"
     log_format: str = "text"
     batch_delay: float = 0.005  # seconds a model may wait before its batch goes to the merger

@@ -129,18 +129,7 @@ async def _serve(kind: str, workers: int, conn: Connection) -> None:
         if workers == 1:
             server, port = await start_grpc_server(service, "127.0.0.1:0")
         else:
-            merger = Merger(
-                service,
-                "127.0.0.1:0",
-                workers,
-                WorkerConfig(
-                    index=0,
-                    address="",
-                    tls=None,
-                    max_message_bytes=1 << 20,
-                    max_concurrent_rpcs=None,
-                ),
-            )
+            merger = Merger(service, "127.0.0.1:0", workers, WorkerConfig())
             port = await merger.start()
     pids = (
         [p.pid for p, _ in empties]

@@ -119,14 +119,7 @@ async def start_aggregator() -> AsyncIterator[Start]:
                 service,
                 "127.0.0.1:0",
                 workers,
-                WorkerConfig(
-                    index=0,
-                    address="",
-                    tls=tls,
-                    max_message_bytes=max_message_bytes,
-                    max_concurrent_rpcs=None,
-                    report_interval=0.02,
-                ),
+                WorkerConfig(tls=tls, max_message_bytes=max_message_bytes, report_interval=0.02),
             )
             result = Running(service, None, await merger.start(), merger)
         else:

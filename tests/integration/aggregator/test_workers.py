@@ -94,15 +94,7 @@ async def test_a_bad_model_through_any_worker_gets_invalid_argument(
 
 
 def _merger(service: AggregatorService, workers: int = 2, **kwargs: float) -> Merger:
-    config = WorkerConfig(
-        index=0,
-        address="",
-        tls=None,
-        max_message_bytes=1 << 20,
-        max_concurrent_rpcs=None,
-        report_interval=0.02,
-    )
-    return Merger(service, "127.0.0.1:0", workers, config, **kwargs)  # type: ignore[arg-type]
+    return Merger(service, "127.0.0.1:0", workers, WorkerConfig(report_interval=0.02), **kwargs)  # type: ignore[arg-type]
 
 
 async def test_stopping_ends_every_worker_and_writes_the_checkpoint(
