@@ -185,7 +185,6 @@ class WorkerFront:
 async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
     loop = asyncio.get_running_loop()
     front = WorkerFront(conn, config)
-    loop.add_signal_handler(signal.SIGTERM, front.apply, ("stop",))
     # The first message is the current state: never answer with anything older.
     front.apply(await loop.run_in_executor(None, conn.recv))
     loop.add_reader(conn.fileno(), front.on_readable)
@@ -224,7 +223,9 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
 
 def worker_main(config: WorkerConfig, conn: Connection) -> None:
     """Entry point of a worker process (started by the merger with the spawn method)."""
-    # Ctrl-C reaches the whole process group; the merger decides when the workers stop.
+    # Ctrl-C, or a SIGTERM sent to the whole process group, reaches the workers too; the merger
+    # decides when they stop (it tells them through the pipe, or they see its end close).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(config.log_level, config.log_format)
     raise SystemExit(asyncio.run(serve_worker(config, conn)))
