@@ -28,7 +28,14 @@ from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
 from aggregator.validate import ValidationError, check_feature_names, check_node_name
 from aggregator.worker import WorkerConfig
-from carico.cliargs import add_env_argument, non_negative_int, positive_float, positive_int
+from carico.cliargs import (
+    EVENT_LOOPS,
+    add_env_argument,
+    event_loop_factory,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from carico.http_ops import start_ops_server
 from carico.logs import add_logging_arguments, configure_logging
 
@@ -76,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         help="processes serving gRPC on the port, in front of one that holds the store "
         "(default: the CPUs this process may use; 1: everything in one process)",
+    )
+    add_env_argument(
+        arg,
+        "--event-loop",
+        default="uvloop",
+        choices=list(EVENT_LOOPS),
+        help="event loop of every process: uvloop (libuv, less CPU per call) or the stdlib's",
     )
     add_env_argument(
         arg,
@@ -239,6 +253,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                     max_concurrent_rpcs=args.max_concurrent_rpcs or None,
                     log_level=args.log_level,
                     log_format=args.log_format,
+                    event_loop=args.event_loop,
                 ),
             )
             port = await merger.start()
@@ -329,7 +344,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"carico aggregator: {problem}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_main(args))
+        with asyncio.Runner(loop_factory=event_loop_factory(args.event_loop)) as runner:
+            return runner.run(_main(args))
     except ValueError as exc:  # unreadable TLS files and the like
         print(f"carico aggregator: {exc}", file=sys.stderr)
         return 2

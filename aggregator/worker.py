@@ -37,6 +37,7 @@ from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_g
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import ExchangeRefused, invalid
 from aggregator.validate import ValidationError, validate_local_model
+from carico.cliargs import event_loop_factory
 from carico.logs import configure_logging
 from protos.carico.v1 import aggregator_pb2
 
@@ -62,6 +63,7 @@ class WorkerConfig:
     batch_size: int = 256  # models per batch at most
     report_interval: float = 0.5  # seconds between metrics reports
     grace: float = 2.0  # seconds in-flight calls get to finish on stop
+    event_loop: str = "asyncio"  # or "uvloop"
 
 
 class WorkerFront:
@@ -228,4 +230,6 @@ def worker_main(config: WorkerConfig, conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     configure_logging(config.log_level, config.log_format)
-    raise SystemExit(asyncio.run(serve_worker(config, conn)))
+    with asyncio.Runner(loop_factory=event_loop_factory(config.event_loop)) as runner:
+        code = runner.run(serve_worker(config, conn))
+    raise SystemExit(code)

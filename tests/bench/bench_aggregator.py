@@ -53,10 +53,12 @@ from aggregator.merger import Merger, reserve_port
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
 from aggregator.worker import WorkerConfig
+from carico.cliargs import EVENT_LOOPS, event_loop_factory
 from carico.model import SubspaceModel
 from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
+EVENT_LOOP = ["uvloop"]  # of every server process, both kinds alike (--event-loop)
 METHOD = "/carico.v1.Aggregator/Exchange"
 LATE_S = 0.1
 
@@ -82,8 +84,9 @@ async def _serve_empty(address: str, conn: Connection) -> None:
     await server.stop(None)
 
 
-def _empty_main(address: str, conn: Connection) -> None:
-    asyncio.run(_serve_empty(address, conn))
+def _empty_main(address: str, conn: Connection, event_loop: str) -> None:
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+        runner.run(_serve_empty(address, conn))
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -92,7 +95,7 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _serve(kind: str, workers: int, conn: Connection) -> None:
+async def _serve(kind: str, workers: int, event_loop: str, conn: Connection) -> None:
     service: AggregatorService | None = None
     merger: Merger | None = None
     server: grpc.aio.Server | None = None
@@ -109,7 +112,9 @@ async def _serve(kind: str, workers: int, conn: Connection) -> None:
         ctx = mp.get_context("spawn")
         for _ in range(workers):
             here, there = ctx.Pipe()
-            process = ctx.Process(target=_empty_main, args=(address, there), daemon=True)
+            process = ctx.Process(
+                target=_empty_main, args=(address, there, event_loop), daemon=True
+            )
             process.start()
             empties.append((process, here))
         for _, here in empties:
@@ -129,7 +134,7 @@ async def _serve(kind: str, workers: int, conn: Connection) -> None:
         if workers == 1:
             server, port = await start_grpc_server(service, "127.0.0.1:0")
         else:
-            merger = Merger(service, "127.0.0.1:0", workers, WorkerConfig())
+            merger = Merger(service, "127.0.0.1:0", workers, WorkerConfig(event_loop=event_loop))
             port = await merger.start()
     pids = (
         [p.pid for p, _ in empties]
@@ -192,14 +197,17 @@ async def _serve(kind: str, workers: int, conn: Connection) -> None:
     conn.send({"senders": senders, "lags": lags, **work})
 
 
-def _server_main(kind: str, workers: int, conn: Connection, profile: str | None) -> None:
-    if profile is None or kind == "baseline":
-        asyncio.run(_serve(kind, workers, conn))
-        return
-    import cProfile
+def _server_main(
+    kind: str, workers: int, event_loop: str, conn: Connection, profile: str | None
+) -> None:
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+        if profile is None or kind == "baseline":
+            runner.run(_serve(kind, workers, event_loop, conn))
+            return
+        import cProfile
 
-    profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, _serve(kind, workers, conn))
+        profiler = cProfile.Profile()
+        profiler.runcall(runner.run, _serve(kind, workers, event_loop, conn))
     profiler.dump_stats(profile)
 
 
@@ -558,7 +566,9 @@ def _start_server(
     ctx = mp.get_context("spawn")
     server_end, here = ctx.Pipe()
     # Not a daemon: with workers it starts processes of its own.
-    server = ctx.Process(target=_server_main, args=(kind, workers, server_end, profile))
+    server = ctx.Process(
+        target=_server_main, args=(kind, workers, EVENT_LOOP[0], server_end, profile)
+    )
     server.start()
     if not here.poll(60):
         raise SystemExit(f"the {kind} server did not start")
@@ -744,10 +754,17 @@ def main() -> int:
     )
     parser.add_argument("--clients", type=int, default=2, help="client processes (--load python)")
     parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="uvloop",
+        help="event loop of every server process, baseline and aggregator alike",
+    )
+    parser.add_argument(
         "--profile", metavar="PREFIX", help="write cProfile stats of each aggregator server run"
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    EVENT_LOOP[0] = args.event_loop
     layouts = [int(w) for w in args.layouts.split(",")]
     load = os.getloadavg()
     if args.load == "grpcload":
@@ -760,6 +777,7 @@ def main() -> int:
         driver = f"{args.clients} Python client processes"
     print(
         f"aggregator Exchange at 1 Hz per node, load from {driver}, "
+        f"servers on {args.event_loop}, "
         f"{args.rounds} x {args.duration:g} s measured per server and size "
         f"(each after {args.warmup:g} s warm-up); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"

@@ -189,8 +189,6 @@ func main() {
 	go func() {
 		time.Sleep(time.Until(measureFrom))
 		fmt.Fprintln(os.Stderr, "measure")
-		time.Sleep(time.Until(end))
-		fmt.Fprintln(os.Stderr, "end")
 	}()
 
 	// Walk the schedule, waking about every millisecond and starting whatever is due.
@@ -208,6 +206,8 @@ func main() {
 		}
 		time.Sleep(time.Millisecond)
 	}
+	time.Sleep(time.Until(end))
+	fmt.Fprintln(os.Stderr, "end")
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	select {

@@ -119,7 +119,12 @@ async def start_aggregator() -> AsyncIterator[Start]:
                 service,
                 "127.0.0.1:0",
                 workers,
-                WorkerConfig(tls=tls, max_message_bytes=max_message_bytes, report_interval=0.02),
+                WorkerConfig(
+                    tls=tls,
+                    max_message_bytes=max_message_bytes,
+                    report_interval=0.02,
+                    event_loop="uvloop",  # the command's default
+                ),
             )
             result = Running(service, None, await merger.start(), merger)
         else:

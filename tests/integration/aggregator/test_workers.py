@@ -51,8 +51,10 @@ async def test_a_node_switching_workers_is_one_node_and_metrics_sum_over_workers
             await stub.Exchange(
                 make_local("roamer", batches[k], sequence=k + 1, timestamp=1000.0 + k), timeout=5
             )
-        served = await agg.wait_recomputed(1)
+        # Every call counted means every model has reached the merger (a worker sends its
+        # models before the counts that include them); then the recompute of them all.
         outcomes = await agg.outcomes(CONNECTIONS)
+        served = await agg.wait_recomputed(1)
     finally:
         for channel in channels:
             await channel.close()
