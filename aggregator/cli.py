@@ -2,7 +2,9 @@
 
 Starts the gRPC server, the ops HTTP endpoint (/metrics, /healthz, /readyz), the background tasks
 and, with ``--parent``, the link to a parent aggregator. SIGTERM and SIGINT stop it cleanly: the
-server stops taking calls, in-flight ones finish, and the final checkpoint is written.
+server stops taking calls, in-flight ones finish, and the final checkpoint is written. With
+``--workers`` above 1 the gRPC server is that many worker processes in front of this one
+(``merger``); should they keep failing, the command stops and exits 1.
 """
 
 from __future__ import annotations
@@ -11,17 +13,29 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
 from pathlib import Path
 
+import grpc
+
 from aggregator.grpc_client import ClientTls, ParentLink
 from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_grpc_server
+from aggregator.merger import Merger
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
 from aggregator.validate import ValidationError, check_feature_names, check_node_name
-from carico.cliargs import add_env_argument, non_negative_int, positive_float, positive_int
+from aggregator.worker import WorkerConfig
+from carico.cliargs import (
+    EVENT_LOOPS,
+    add_env_argument,
+    event_loop_factory,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from carico.http_ops import start_ops_server
 from carico.logs import add_logging_arguments, configure_logging
 
@@ -61,6 +75,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_host_port,
         metavar="HOST:PORT",
         help="HTTP endpoint for /metrics, /healthz, /readyz",
+    )
+    add_env_argument(
+        arg,
+        "--workers",
+        default=len(os.sched_getaffinity(0)),
+        type=positive_int,
+        help="processes serving gRPC on the port, in front of one that holds the store "
+        "(default: the CPUs this process may use; 1: everything in one process)",
+    )
+    add_env_argument(
+        arg,
+        "--event-loop",
+        default="uvloop",
+        choices=list(EVENT_LOOPS),
+        help="event loop of every process: uvloop (libuv, less CPU per call) or the stdlib's",
     )
     add_env_argument(
         arg,
@@ -109,7 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-concurrent-rpcs",
         default=0,
         type=non_negative_int,
-        help="calls in flight beyond which new ones get RESOURCE_EXHAUSTED at once; 0: no limit",
+        help="calls in flight (per worker process) beyond which new ones get RESOURCE_EXHAUSTED "
+        "at once; 0: no limit",
     )
     ckpt = parser.add_argument_group("checkpoint")
     add_env_argument(
@@ -209,21 +239,42 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     )
     await service.start()
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
+    server: grpc.aio.Server | None = None
+    merger: Merger | None = None
     try:
-        server, port = await start_grpc_server(
-            service,
-            args.listen,
-            tls=tls,
-            max_message_bytes=args.max_message_bytes,
-            max_concurrent_rpcs=args.max_concurrent_rpcs or None,
-        )
+        if args.workers > 1:
+            merger = Merger(
+                service,
+                args.listen,
+                args.workers,
+                WorkerConfig(
+                    tls=tls,
+                    max_message_bytes=args.max_message_bytes,
+                    max_concurrent_rpcs=args.max_concurrent_rpcs or None,
+                    log_level=args.log_level,
+                    log_format=args.log_format,
+                    event_loop=args.event_loop,
+                ),
+            )
+            port = await merger.start()
+        else:
+            server, port = await start_grpc_server(
+                service,
+                args.listen,
+                tls=tls,
+                max_message_bytes=args.max_message_bytes,
+                max_concurrent_rpcs=args.max_concurrent_rpcs or None,
+            )
+            metrics.workers.set(1)
     except (OSError, RuntimeError, ValueError) as exc:
         log.error("cannot start the gRPC server", extra={"listen": args.listen, "error": str(exc)})
         print(f"carico aggregator: cannot serve on {args.listen}: {exc}", file=sys.stderr)
         await service.stop()
         return 1
     ops_host, ops_port = args.ops_listen
-    ops = await start_ops_server(ops_host, ops_port, metrics.registry)
+    ops = await start_ops_server(
+        ops_host, ops_port, metrics.registry, healthy=merger.health if merger else None
+    )
     link: ParentLink | None = None
     link_task: asyncio.Task[None] | None = None
     if args.parent:
@@ -247,10 +298,20 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             "ops_port": ops.port,
             "aggregator": args.name,
             "parent": args.parent,
+            "workers": args.workers,
         },
     )
+    code = 0
     try:
-        await stop.wait()
+        waits = {asyncio.create_task(stop.wait())}
+        if merger is not None:
+            waits.add(asyncio.create_task(merger.failed.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for task in waits:
+            task.cancel()
+        if merger is not None and merger.failed.is_set():
+            print("carico aggregator: worker processes keep failing, stopping", file=sys.stderr)
+            code = 1
     finally:
         log.info("stopping")
         if link_task is not None and link is not None:
@@ -258,11 +319,14 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             with contextlib.suppress(asyncio.CancelledError):
                 await link_task
             await link.close()
-        await server.stop(grace=2.0)
+        if server is not None:
+            await server.stop(grace=2.0)
+        if merger is not None:
+            await merger.stop()
         await service.stop()
         await ops.close()
         log.info("stopped", extra={"checkpoint": str(args.checkpoint) if args.checkpoint else None})
-    return 0
+    return code
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -280,7 +344,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"carico aggregator: {problem}", file=sys.stderr)
         return 2
     try:
-        return asyncio.run(_main(args))
+        with asyncio.Runner(loop_factory=event_loop_factory(args.event_loop)) as runner:
+            return runner.run(_main(args))
     except ValueError as exc:  # unreadable TLS files and the like
         print(f"carico aggregator: {exc}", file=sys.stderr)
         return 2

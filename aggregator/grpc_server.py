@@ -6,20 +6,27 @@ request that does not even parse is answered ``INVALID_ARGUMENT`` like any other
 Oversized messages are refused by gRPC itself (``RESOURCE_EXHAUSTED``) through
 ``grpc.max_receive_message_length``.
 
-Neighbours: ``service`` does the work; ``grpc_client`` is the other end of a parent link; ``cli``
-starts this server.
+The handler serves any *front*: the single-process ``AggregatorService``, or a
+``worker.WorkerFront`` of a multi-process aggregator, whose answer may have to wait for the merger
+(an awaitable).
+
+Neighbours: ``service`` and ``worker`` do the work; ``grpc_client`` is the other end of a parent
+link; ``cli`` and ``worker`` start this server.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
 
-from aggregator.service import AggregatorService, ExchangeRefused
+from aggregator.metrics import AggregatorMetrics
+from aggregator.service import ExchangeRefused
 from carico.tls import grpc_server_credentials
 from protos.carico.v1 import aggregator_pb2
 
@@ -29,7 +36,19 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 20
 _CODES = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "over_capacity": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "unavailable": grpc.StatusCode.UNAVAILABLE,
 }
+
+
+class ExchangeFront(Protocol):
+    """What the handler needs: the metrics it records into and the answer to a parsed request."""
+
+    @property
+    def metrics(self) -> AggregatorMetrics: ...
+
+    def answer(
+        self, request: aggregator_pb2.LocalModel, raw: bytes
+    ) -> bytes | Awaitable[bytes]: ...
 
 
 @dataclass(frozen=True)
@@ -41,8 +60,9 @@ class ServerTls:
     client_ca: Path | None = None
 
 
-def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
-    metrics = service.metrics
+def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
+    metrics = front.metrics
+    answer = front.answer
     observe = metrics.exchange_latency.observe
     counts = metrics.exchanges
     parse = aggregator_pb2.LocalModel.FromString
@@ -59,7 +79,10 @@ def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
                     grpc.StatusCode.INVALID_ARGUMENT, f"not a carico.v1.LocalModel: {exc}"
                 )
             try:
-                return service.exchange(message)
+                reply = answer(message, request)
+                if isinstance(reply, bytes):
+                    return reply
+                return await reply
             except ExchangeRefused as exc:
                 await context.abort(_CODES.get(exc.outcome, grpc.StatusCode.INTERNAL), str(exc))
         finally:
@@ -71,23 +94,25 @@ def exchange_handler(service: AggregatorService) -> grpc.RpcMethodHandler:
 
 
 async def start_grpc_server(
-    service: AggregatorService,
+    service: ExchangeFront,
     address: str,
     *,
     tls: ServerTls | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_concurrent_rpcs: int | None = None,
+    reuse_port: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving on ``address`` (port 0 picks a free one); return the server and its port.
 
     With ``max_concurrent_rpcs``, calls beyond that many in flight are refused at once with
     ``RESOURCE_EXHAUSTED`` (agents retry on their next round) instead of queueing without bound.
+    ``reuse_port`` lets the workers of one multi-process aggregator share the port (the kernel
+    spreads connections over them); otherwise two servers never share a port silently.
     """
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", max_message_bytes),
-            # Two servers must never share a port silently.
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if reuse_port else 0),
         ],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )

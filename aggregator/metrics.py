@@ -5,6 +5,11 @@ The two metrics touched on every ``Exchange`` (the outcome counter and the laten
 plain Python counters exported by a custom collector at scrape time: prometheus_client's own
 ``inc``/``observe`` take a lock each and cost several microseconds, which at thousands of calls a
 second is a measurable share of the call. Everything runs on the event loop, so no lock is needed.
+
+In a multi-process aggregator each worker counts its own calls and sends the totals to the merger
+every fraction of a second (``WorkerTotals``); the merger's scrape adds them to its own counts.
+That was chosen over prometheus_client's multiprocess mode, which works through files per process
+and per-call locks and would bring back exactly the per-call cost the plain counters avoid.
 """
 
 from __future__ import annotations
@@ -36,6 +41,11 @@ class LatencyHistogram:
     def count(self) -> int:
         return sum(self.counts)
 
+    def add(self, counts: list[int], total: float) -> None:
+        """Add another histogram's bucket counts and sum (same bounds) to this one."""
+        self.counts = [a + b for a, b in zip(self.counts, counts, strict=True)]
+        self.sum += total
+
     def cumulative(self) -> list[tuple[str, float]]:
         total, result = 0, []
         for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
@@ -44,23 +54,78 @@ class LatencyHistogram:
         return result
 
 
+# What a worker reports: its outcome counts, latency bucket counts and latency sum, all totals
+# since the worker started.
+WorkerReport = tuple[dict[str, int], list[int], float]
+
+
+class WorkerTotals:
+    """The latest totals of every worker process, plus those of workers that have exited.
+
+    A restarted worker starts counting from zero again; folding the last report of the old one
+    into ``retired`` keeps the sums monotonic, as Prometheus counters must be.
+    """
+
+    def __init__(self) -> None:
+        self._live: dict[int, WorkerReport] = {}
+        self._retired: WorkerReport = (
+            dict.fromkeys(OUTCOMES, 0),
+            [0] * (len(LATENCY_BUCKETS) + 1),
+            0.0,
+        )
+
+    def report(self, worker: int, report: WorkerReport) -> None:
+        self._live[worker] = report
+
+    def retire(self, worker: int) -> None:
+        """Keep the last totals of ``worker``, which has exited."""
+        gone = self._live.pop(worker, None)
+        if gone is not None:
+            self._retired = _sum_reports((self._retired, gone))
+
+    def calls(self) -> dict[int, int]:
+        """Calls each live worker has reported so far (its latency observations)."""
+        return {worker: sum(report[1]) for worker, report in self._live.items()}
+
+    def total(self) -> WorkerReport:
+        return _sum_reports((self._retired, *self._live.values()))
+
+
+def _sum_reports(reports: tuple[WorkerReport, ...]) -> WorkerReport:
+    counts = dict.fromkeys(OUTCOMES, 0)
+    latency = LatencyHistogram()
+    for outcome_counts, buckets, total in reports:
+        for outcome, n in outcome_counts.items():
+            counts[outcome] = counts.get(outcome, 0) + n
+        latency.add(buckets, total)
+    return counts, latency.counts, latency.sum
+
+
 class _HotPathCollector(Collector):
-    def __init__(self, counts: dict[str, int], latency: LatencyHistogram) -> None:
+    def __init__(
+        self, counts: dict[str, int], latency: LatencyHistogram, workers: WorkerTotals
+    ) -> None:
         self._counts = counts
         self._latency = latency
+        self._workers = workers
 
     def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
+        counts, buckets, total = _sum_reports(
+            ((self._counts, self._latency.counts, self._latency.sum), self._workers.total())
+        )
+        latency = LatencyHistogram(self._latency.bounds)
+        latency.add(buckets, total)
         exchanges = CounterMetricFamily(
             "carico_aggregator_exchanges", "Exchange calls by outcome", labels=["outcome"]
         )
-        for outcome, value in self._counts.items():
+        for outcome, value in counts.items():
             exchanges.add_metric([outcome], float(value))
         yield exchanges
         yield HistogramMetricFamily(
             "carico_aggregator_exchange_latency_seconds",
             "Time spent handling an Exchange call inside the server",
-            buckets=self._latency.cumulative(),
-            sum_value=self._latency.sum,
+            buckets=latency.cumulative(),
+            sum_value=latency.sum,
         )
 
 
@@ -79,7 +144,10 @@ class AggregatorMetrics:
         )
         self.exchanges: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.exchange_latency = LatencyHistogram()
-        self.registry.register(_HotPathCollector(self.exchanges, self.exchange_latency))
+        self.worker_totals = WorkerTotals()
+        self.registry.register(
+            _HotPathCollector(self.exchanges, self.exchange_latency, self.worker_totals)
+        )
         self.global_model_age = Gauge(
             "carico_aggregator_global_model_age_seconds",
             "Seconds since the served global model was computed (NaN before the first one)",
@@ -100,6 +168,16 @@ class AggregatorMetrics:
             "carico_aggregator_checkpoints",
             "Checkpoint writes by outcome",
             ["outcome"],
+            registry=self.registry,
+        )
+        self.workers = Gauge(
+            "carico_aggregator_workers",
+            "Worker processes serving Exchange (1 in single-process mode)",
+            registry=self.registry,
+        )
+        self.worker_restarts = Counter(
+            "carico_aggregator_worker_restarts",
+            "Worker processes restarted after they exited unexpectedly",
             registry=self.registry,
         )
         self.parent_exchanges = Counter(

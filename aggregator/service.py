@@ -24,7 +24,7 @@ from pathlib import Path
 from aggregator import checkpoint
 from aggregator.metrics import AggregatorMetrics
 from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
-from aggregator.validate import ValidationError, validate_local_model
+from aggregator.validate import ValidationError, checked_entry, validate_local_model
 from aggregator.wire import global_message
 from protos.carico.v1 import aggregator_pb2
 
@@ -53,6 +53,14 @@ class ExchangeRefused(Exception):
         self.outcome = outcome
 
 
+def invalid(request: aggregator_pb2.LocalModel, problem: ValidationError) -> ExchangeRefused:
+    """The refusal of a model that failed validation (its node name, then the problem)."""
+    message = f"{request.node[:253] or '?'}: {problem}"
+    # Debug only: one broken agent must not flood the logs; the metric counts them.
+    log.debug("model refused", extra={"reason": message})
+    return ExchangeRefused("invalid", message)
+
+
 class AggregatorService:
     def __init__(
         self,
@@ -72,17 +80,26 @@ class AggregatorService:
         self._reply = global_message(None, 0, config.name, clock()).SerializeToString()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Called with every new serialised reply (a multi-process aggregator publishes it).
+        self.on_reply: Callable[[bytes], None] | None = None
         self.metrics.global_model_age.set_function(self._model_age)
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def exchange(self, request: aggregator_pb2.LocalModel) -> bytes:
-        """Fold ``request`` in (as its sender's latest model) and return the serialised reply."""
+    def exchange(self, request: aggregator_pb2.LocalModel, checked: bool = False) -> bytes:
+        """Fold ``request`` in (as its sender's latest model) and return the serialised reply.
+
+        ``checked``: a worker process has validated it already; the store still refuses a
+        feature set other than its own (it may have changed since).
+        """
         outcomes = self.metrics.exchanges
         now = self.clock()
         store = self.store
         try:
-            entry, names = validate_local_model(request, store.feature_names, now, store.known)
+            if checked:
+                entry, names = checked_entry(request, now)
+            else:
+                entry, names = validate_local_model(request, store.feature_names, now, store.known)
             learning = store.feature_names is None
             outcome = store.offer(entry, names, self.config.max_senders)
             if learning:
@@ -91,10 +108,7 @@ class AggregatorService:
                 )
         except ValidationError as exc:
             outcomes["invalid"] += 1
-            message = f"{request.node[:253] or '?'}: {exc}"
-            # Debug only: one broken agent must not flood the logs; the metric counts them.
-            log.debug("model refused", extra={"reason": message})
-            raise ExchangeRefused("invalid", message) from None
+            raise invalid(request, exc) from None
         outcomes[outcome] += 1
         if outcome == OUTCOME_OVER_CAPACITY:
             raise ExchangeRefused(
@@ -103,6 +117,10 @@ class AggregatorService:
         if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
             self._wake.set()
         return self._reply
+
+    def answer(self, request: aggregator_pb2.LocalModel, raw: bytes) -> bytes:
+        """``exchange`` as the gRPC handler calls it (with the request's bytes, unused here)."""
+        return self.exchange(request)
 
     @property
     def reply(self) -> bytes:
@@ -157,6 +175,8 @@ class AggregatorService:
             reply = global_message(self._local, self._version, self.config.name, now)
             self._served_at = self._local.computed_at if self._local is not None else None
         self._reply = reply.SerializeToString()
+        if self.on_reply is not None:
+            self.on_reply(self._reply)
 
     def expire(self) -> list[str]:
         now = self.clock()

@@ -271,3 +271,24 @@ def validate_local_model(
     costs = check_costs(raw_costs, weight) if raw_costs else ()
     entry = NodeEntry(node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs)
     return entry, names
+
+
+def checked_entry(
+    message: aggregator_pb2.LocalModel, received_at: float
+) -> tuple[NodeEntry, tuple[str, ...]]:
+    """The entry of a model that has already passed :func:`validate_local_model` (in a worker
+    process of the same aggregator, against the same feature set): built without the checks."""
+    model = message.model
+    entry = NodeEntry(
+        message.node,
+        message.sequence,
+        message.timestamp,
+        received_at,
+        message.weight or 1,
+        model.d,
+        model.r,
+        tuple(model.u),
+        tuple(model.sigma),
+        tuple(message.per_pod_costs),
+    )
+    return entry, tuple(model.feature_names)

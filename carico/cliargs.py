@@ -8,6 +8,7 @@ fails at start-up with the flag's name in the message instead of deep inside the
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -111,3 +112,17 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"not a port: {text}")
     return value
+
+
+EVENT_LOOPS = ("uvloop", "asyncio")
+
+
+def event_loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
+    """The loop factory of an ``--event-loop`` choice: uvloop (libuv, less CPU per call) or the
+    standard library's."""
+    if kind == "uvloop":
+        import uvloop
+
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    return asyncio.new_event_loop

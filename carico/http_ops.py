@@ -2,7 +2,9 @@
 
 The agent and the aggregator run this next to their main work; the extender mounts the same
 handlers on its own HTTP server with :func:`add_ops_routes`. Health answers 200 while the process
-serves; readiness answers 200 only while the ``ready`` callback says so, else 503 with its reason.
+serves (and the optional ``healthy`` callback, for a component made of several processes, finds
+nothing wrong; else 503 with its reason); readiness answers 200 only while the ``ready`` callback
+says so, else 503 with its reason.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ ReadyCheck = Callable[[], str | None]
 
 
 def add_ops_routes(
-    app: web.Application, registry: CollectorRegistry, ready: ReadyCheck | None = None
+    app: web.Application,
+    registry: CollectorRegistry,
+    ready: ReadyCheck | None = None,
+    healthy: ReadyCheck | None = None,
 ) -> None:
     """Mount /metrics, /healthz and /readyz on ``app``."""
 
@@ -28,6 +33,9 @@ def add_ops_routes(
         )
 
     async def healthz(_: web.Request) -> web.Response:
+        problem = healthy() if healthy is not None else None
+        if problem is not None:
+            return web.Response(status=503, text=f"unhealthy: {problem}\n")
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
@@ -54,11 +62,15 @@ class OpsServer:
 
 
 async def start_ops_server(
-    host: str, port: int, registry: CollectorRegistry, ready: ReadyCheck | None = None
+    host: str,
+    port: int,
+    registry: CollectorRegistry,
+    ready: ReadyCheck | None = None,
+    healthy: ReadyCheck | None = None,
 ) -> OpsServer:
     """Serve the ops endpoints on ``host:port`` (port 0 picks a free one) until ``close()``."""
     app = web.Application()
-    add_ops_routes(app, registry, ready)
+    add_ops_routes(app, registry, ready, healthy)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

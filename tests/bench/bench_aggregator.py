@@ -1,26 +1,27 @@
 """Aggregator load benchmark: simulated agents calling ``Exchange`` at 1 Hz each, on loopback.
 
-For every fleet size N, the same load runs against two servers, each fresh in its own process and
-alternating over ``--rounds``: an empty gRPC handler (it returns an empty ``GlobalModel``: the cost
-of gRPC itself, the baseline) and the real aggregator (validation, store, cached reply, background
-recompute, metrics). The load comes from ghz, a gRPC load tester written in Go (pinned; built on
-first use into ``.cache/bin``, which needs Go): N distinct ``LocalModel`` messages, one per node,
-sent round-robin at N calls/s, so every node reports once a second, each report newer than the
-last (ghz fills in sequence and timestamp). A Python client costs as much CPU per call as the
-server, so on a small machine it would measure itself; ``--load python`` keeps it as a fallback
-(separate grpc.aio client processes, each node on its own 1 Hz schedule). Every run has an
-unmeasured warm-up first.
+For every fleet size N and process layout, the same load runs against two servers, each fresh in
+its own process(es) and alternating over ``--rounds``: an empty gRPC handler (it returns an empty
+``GlobalModel``: the cost of gRPC itself, the baseline) and the real aggregator (validation,
+store, cached reply, background recompute, metrics). The layouts (``--layouts``): ``1``, one
+process, and ``N``, N gRPC processes sharing the port through SO_REUSEPORT — for the aggregator
+``--workers N``, i.e. N workers plus the merger that holds the store; for the baseline N empty
+servers. The load comes from ``grpcload`` (``grpcload/``, Go, built on first use into
+``.cache/bin``): N distinct ``LocalModel`` messages, one per node, sent round-robin at N calls/s
+over 32 connections, so every node reports once a second, each report newer than the last.
+``--load ghz`` uses ghz instead (dearer in CPU per call), ``--load python`` grpc.aio client
+processes (dearer still). Every run has an unmeasured warm-up first.
 
-Printed per fleet size: achieved exchanges/s (answered OK), p50/p99 latency seen by the client
-(the median of the rounds' figures, so that one round caught by a stall of the machine does not
-decide it), the fraction of calls that started more than 100 ms behind schedule (``--load
-python`` only), failed calls, the server's CPU time per exchange over the measured window (``cpu
-us``; robust on a shared machine, where other work inflates latencies but not this process's CPU
-time) and its ratio to the baseline's, the p99 of the server's event-loop lag (how late a 5 ms
-timer fires), and p99 as a ratio of the baseline's p99. Target: 5,000 nodes at 1 Hz with p99 ≤ 3×
-baseline.
+Printed per fleet size and layout: achieved exchanges/s (answered OK), p50/p99 latency seen by the
+client (the median of the rounds' figures, so that one round caught by a stall of the machine
+does not decide it), the fraction of calls that started more than 100 ms behind schedule, failed
+calls, the server's CPU time per exchange over the measured window, all its processes together
+(``cpu us``; robust on a shared machine, where other work inflates latencies but not this CPU
+time) and its ratio to the baseline's, the p99 of the main server process's event-loop lag, the
+cores the load generator used meanwhile (it shares the machine with the server), and p99 as a
+ratio of the baseline's p99. Target: 5,000 nodes at 1 Hz with p99 <= 3x baseline.
 
-    python tests/bench/bench_aggregator.py [--sizes 500,1000,2000,5000] [--rounds 3]
+    python tests/bench/bench_aggregator.py [--sizes 1000,5000] [--layouts 1,2] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import json
 import math
 import multiprocessing as mp
 import os
+import resource
 import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -46,12 +49,16 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from aggregator.grpc_server import start_grpc_server
+from aggregator.merger import Merger, reserve_port
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
+from aggregator.worker import WorkerConfig
+from carico.cliargs import EVENT_LOOPS, event_loop_factory
 from carico.model import SubspaceModel
 from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
+EVENT_LOOP = ["uvloop"]  # of every server process, both kinds alike (--event-loop)
 METHOD = "/carico.v1.Aggregator/Exchange"
 LATE_S = 0.1
 
@@ -66,14 +73,52 @@ class _Empty(aggregator_pb2_grpc.AggregatorServicer):
         return aggregator_pb2.GlobalModel()
 
 
-async def _serve(kind: str, conn: Connection) -> None:
+async def _serve_empty(address: str, conn: Connection) -> None:
+    """One process of the empty-handler baseline (several share the port like the workers)."""
+    server = grpc.aio.server()  # SO_REUSEPORT is on by default
+    aggregator_pb2_grpc.add_AggregatorServicer_to_server(_Empty(), server)
+    port = server.add_insecure_port(address)
+    await server.start()
+    conn.send(port)
+    await asyncio.get_running_loop().run_in_executor(None, conn.recv)  # wait for "stop"
+    await server.stop(None)
+
+
+def _empty_main(address: str, conn: Connection, event_loop: str) -> None:
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+        runner.run(_serve_empty(address, conn))
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of another process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _serve(kind: str, workers: int, event_loop: str, conn: Connection) -> None:
     service: AggregatorService | None = None
+    merger: Merger | None = None
+    server: grpc.aio.Server | None = None
+    empties: list[tuple[mp.process.BaseProcess, Connection]] = []
     recompute_time = [0.0, 0]  # seconds spent recomputing, recomputations
-    if kind == "baseline":
+    if kind == "baseline" and workers == 1:
         server = grpc.aio.server()
         aggregator_pb2_grpc.add_AggregatorServicer_to_server(_Empty(), server)
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
+    elif kind == "baseline":
+        held, address = reserve_port("127.0.0.1:0")
+        port = held.getsockname()[1]
+        ctx = mp.get_context("spawn")
+        for _ in range(workers):
+            here, there = ctx.Pipe()
+            process = ctx.Process(
+                target=_empty_main, args=(address, there, event_loop), daemon=True
+            )
+            process.start()
+            empties.append((process, here))
+        for _, here in empties:
+            await asyncio.get_running_loop().run_in_executor(None, here.recv)
     else:
         service = AggregatorService(AggregatorConfig(name="bench"), AggregatorMetrics())
         untimed = service.recompute
@@ -86,7 +131,18 @@ async def _serve(kind: str, conn: Connection) -> None:
 
         service.recompute = timed_recompute  # type: ignore[method-assign]
         await service.start()
-        server, port = await start_grpc_server(service, "127.0.0.1:0")
+        if workers == 1:
+            server, port = await start_grpc_server(service, "127.0.0.1:0")
+        else:
+            merger = Merger(service, "127.0.0.1:0", workers, WorkerConfig(event_loop=event_loop))
+            port = await merger.start()
+    pids = (
+        [p.pid for p, _ in empties]
+        if empties
+        else [p.pid for p in merger.processes()]
+        if merger is not None
+        else []
+    )
     conn.send(port)
     loop = asyncio.get_running_loop()
     window_cpu: list[float] = []
@@ -95,7 +151,8 @@ async def _serve(kind: str, conn: Connection) -> None:
 
     async def watch_loop() -> None:
         # How late a 5 ms timer fires: the event loop's stalls (our own blocking work, or the OS
-        # not running this process), measured the same way in both servers.
+        # not running this process), measured the same way in both servers (with workers: the
+        # main process's loop).
         await measuring.wait()
         while measuring.is_set():
             before = time.perf_counter()
@@ -103,12 +160,12 @@ async def _serve(kind: str, conn: Connection) -> None:
             lags.append(time.perf_counter() - before - 0.005)
 
     watcher = asyncio.create_task(watch_loop())
-    # "mark" opens and closes the measured window; the server's CPU time over it is robust where
-    # wall-clock latency is not (other work on a shared machine delays calls but does not add to
-    # this process's CPU time).
+    # "mark" opens and closes the measured window; the server's CPU time over it (every process
+    # of it) is robust where wall-clock latency is not (other work on a shared machine delays
+    # calls but does not add to this process's CPU time).
     for _ in range(2):
         await loop.run_in_executor(None, conn.recv)
-        window_cpu.append(time.process_time())
+        window_cpu.append(time.process_time() + sum(_cpu_seconds(pid) for pid in pids))
         if measuring.is_set():
             measuring.clear()
         else:
@@ -117,29 +174,40 @@ async def _serve(kind: str, conn: Connection) -> None:
     await loop.run_in_executor(None, conn.recv)  # wait for "stop"
     await watcher
     senders = len(service.store) if service is not None else 0
-    await server.stop(None)
+    if server is not None:
+        await server.stop(None)
+    if merger is not None:
+        await merger.stop()
+    for process, here in empties:
+        here.send("stop")
+        process.join(10)
     if service is not None:
         await service.stop()
     work: dict[str, float] = {}
     if service is not None:
-        latency = service.metrics.exchange_latency
+        registry = service.metrics.registry
         work = {
-            "handler_s": latency.sum,
-            "calls": latency.count,
+            "handler_s": registry.get_sample_value("carico_aggregator_exchange_latency_seconds_sum")
+            or 0.0,
+            "calls": registry.get_sample_value("carico_aggregator_exchange_latency_seconds_count")
+            or 0.0,
             "recompute_s": recompute_time[0],
             "recomputes": recompute_time[1],
         }
     conn.send({"senders": senders, "lags": lags, **work})
 
 
-def _server_main(kind: str, conn: Connection, profile: str | None) -> None:
-    if profile is None or kind == "baseline":
-        asyncio.run(_serve(kind, conn))
-        return
-    import cProfile
+def _server_main(
+    kind: str, workers: int, event_loop: str, conn: Connection, profile: str | None
+) -> None:
+    with asyncio.Runner(loop_factory=event_loop_factory(event_loop)) as runner:
+        if profile is None or kind == "baseline":
+            runner.run(_serve(kind, workers, event_loop, conn))
+            return
+        import cProfile
 
-    profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, _serve(kind, conn))
+        profiler = cProfile.Profile()
+        profiler.runcall(runner.run, _serve(kind, workers, event_loop, conn))
     profiler.dump_stats(profile)
 
 
@@ -320,7 +388,14 @@ def ghz_data(fleet: int, path: Path) -> None:
     path.write_text(json.dumps(messages))
 
 
+# Connections ghz opens: with worker processes sharing the port, the kernel spreads connections
+# (not calls) over them by a hash, so a handful of connections could all land on one worker. Real
+# agents each hold their own connection; 32 spread well enough and cost ghz little.
+GHZ_CONNECTIONS = 32
+
+
 def ghz_run(port: int, data: Path, rate: int, seconds: float, concurrency: int) -> dict[str, Any]:
+    """Run ghz; its report gets ``cpu_s``, the CPU time ghz itself used."""
     cmd = [
         str(ensure_ghz()),
         "--insecure",
@@ -339,18 +414,131 @@ def ghz_run(port: int, data: Path, rate: int, seconds: float, concurrency: int) 
         "-c",
         str(concurrency),
         "--connections",
-        "4",
+        str(GHZ_CONNECTIONS),
         "-t",
         "10s",
         "-O",
         "json",
         f"127.0.0.1:{port}",
     ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=seconds + 60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0 and not done.stdout.strip():
         raise SystemExit(f"ghz failed:\n{done.stderr}")
     report: dict[str, Any] = json.loads(done.stdout)
+    report["cpu_s"] = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return report
+
+
+# -- grpcload, the default load generator ------------------------------------------------------
+
+# A small Go program (grpcload/): pre-serialised messages through grpc-go, only sequence and
+# timestamp appended per call; it costs the shared machine less CPU per call than ghz, whose
+# requests are built from JSON templates by reflection. Built on first use into .cache/bin.
+GRPCLOAD_SRC = Path(__file__).resolve().parent / "grpcload"
+GRPCLOAD_BIN = ROOT / ".cache" / "bin" / "carico-grpcload"
+
+
+def ensure_grpcload() -> Path:
+    sources = [GRPCLOAD_SRC / name for name in ("main.go", "go.mod", "go.sum")]
+    if GRPCLOAD_BIN.exists() and all(
+        GRPCLOAD_BIN.stat().st_mtime >= src.stat().st_mtime for src in sources
+    ):
+        return GRPCLOAD_BIN
+    go = shutil.which("go")
+    if go is None:
+        raise SystemExit(
+            "the aggregator benchmark builds its load generator with Go, and `go` is not on "
+            "PATH: install Go (https://go.dev/dl/) or run with --load python"
+        )
+    GRPCLOAD_BIN.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [go, "build", "-o", str(GRPCLOAD_BIN), "."],
+        cwd=GRPCLOAD_SRC,
+        env={**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"building grpcload failed:\n{done.stderr}")
+    return GRPCLOAD_BIN
+
+
+def grpcload_data(fleet: int, path: Path) -> None:
+    """One LocalModel per node without sequence and timestamp (grpcload appends those per call,
+    so every report is newer than the node's last), each prefixed by its length."""
+    nodes = [f"node-{i:05d}" for i in range(fleet)]
+    factors = _factors(nodes, seed=fleet)
+    with path.open("wb") as out:
+        for node in nodes:
+            raw = aggregator_pb2.LocalModel(node=node, weight=1, model=factors[node])
+            data = raw.SerializeToString()
+            out.write(struct.pack("<I", len(data)) + data)
+
+
+def _await_line(stream: Any, wanted: str) -> None:
+    for line in stream:
+        if line.strip() == wanted:
+            return
+        print(f"  grpcload: {line.rstrip()}", file=sys.stderr)
+    raise SystemExit(f"grpcload ended before {wanted!r}")
+
+
+def run_grpcload(
+    kind: str,
+    workers: int,
+    fleet: int,
+    data: Path,
+    warmup: float,
+    duration: float,
+    profile: str | None = None,
+) -> Run:
+    server, here, port = _start_server(kind, workers, profile)
+    load = subprocess.Popen(
+        [
+            str(GRPCLOAD_BIN),
+            "-addr",
+            f"127.0.0.1:{port}",
+            "-data",
+            str(data),
+            "-rate",
+            str(fleet),
+            "-warmup",
+            f"{warmup}s",
+            "-duration",
+            f"{duration}s",
+            "-connections",
+            str(GHZ_CONNECTIONS),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert load.stderr is not None
+    _await_line(load.stderr, "measure")
+    before, load_before = _mark(here), _cpu_seconds(load.pid)
+    _await_line(load.stderr, "end")
+    load_cpu = _cpu_seconds(load.pid) - load_before
+    cpu = _mark(here) - before
+    out, err = load.communicate(timeout=60)
+    if load.returncode != 0:
+        raise SystemExit(f"grpcload failed:\n{err}")
+    report = json.loads(out)
+    codes = {k: int(v) for k, v in report["codes"].items()}
+    return _finish(
+        server,
+        here,
+        cpu,
+        float(report["seconds"]),
+        p50=report["p50_ms"] / 1e3,
+        p99=report["p99_ms"] / 1e3,
+        ok=int(report["ok"]),
+        late=int(report["late"]),
+        errors=sum(codes.values()),
+        codes=codes,
+        load_cpu=load_cpu,
+    )
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -369,12 +557,18 @@ class Run:
     duration: float
     work: dict[str, float]
     lags: np.ndarray  # event-loop lag samples of the server, seconds
+    load_cpu: float = math.nan  # CPU seconds the load generator used in the measured window
 
 
-def _start_server(kind: str, profile: str | None) -> tuple[mp.process.BaseProcess, Connection, int]:
+def _start_server(
+    kind: str, workers: int, profile: str | None
+) -> tuple[mp.process.BaseProcess, Connection, int]:
     ctx = mp.get_context("spawn")
     server_end, here = ctx.Pipe()
-    server = ctx.Process(target=_server_main, args=(kind, server_end, profile), daemon=True)
+    # Not a daemon: with workers it starts processes of its own.
+    server = ctx.Process(
+        target=_server_main, args=(kind, workers, EVENT_LOOP[0], server_end, profile)
+    )
     server.start()
     if not here.poll(60):
         raise SystemExit(f"the {kind} server did not start")
@@ -403,9 +597,15 @@ def _finish(
 
 
 def run_ghz(
-    kind: str, fleet: int, data: Path, warmup: float, duration: float, profile: str | None = None
+    kind: str,
+    workers: int,
+    fleet: int,
+    data: Path,
+    warmup: float,
+    duration: float,
+    profile: str | None = None,
 ) -> Run:
-    server, here, port = _start_server(kind, profile)
+    server, here, port = _start_server(kind, workers, profile)
     concurrency = 50  # workers; ghz paces them to --rps, so this only bounds calls in flight
     ghz_run(port, data, fleet, warmup, concurrency)  # unmeasured: connections, caches, the store
     before = _mark(here)
@@ -425,14 +625,21 @@ def run_ghz(
         late=0,
         errors=sum(codes.values()),
         codes=codes,
+        load_cpu=float(report["cpu_s"]),
     )
 
 
 def run_python(
-    kind: str, fleet: int, clients: int, warmup: float, duration: float, profile: str | None = None
+    kind: str,
+    workers: int,
+    fleet: int,
+    clients: int,
+    warmup: float,
+    duration: float,
+    profile: str | None = None,
 ) -> Run:
     ctx = mp.get_context("spawn")
-    server, here, port = _start_server(kind, profile)
+    server, here, port = _start_server(kind, workers, profile)
     nodes = [f"node-{i:05d}" for i in range(fleet)]
     offsets = [(i * 0.6180339887) % 1.0 for i in range(fleet)]  # even spread over the second
     start = time.perf_counter() + 2.0  # time for the clients to start and build their models
@@ -499,6 +706,7 @@ class Summary:
     server_cpu_us: float  # server CPU per completed exchange in the measured window
     lag_p99_ms: float  # p99 of the server's event-loop lag
     codes: dict[str, int]
+    load_cpu: float  # the load generator's CPU use over the measured windows, in cores
 
 
 def summarise(runs: list[Run]) -> Summary:
@@ -515,110 +723,151 @@ def summarise(runs: list[Run]) -> Summary:
         p50_ms=float(np.median([r.p50 for r in runs])) * 1e3,
         p99_ms=float(np.median([r.p99 for r in runs])) * 1e3,
         lag_p99_ms=float(np.percentile(lags, 99)) * 1e3 if len(lags) else math.nan,
-        late=sum(r.late for r in runs) / max(1, ok),
+        late=sum(r.late for r in runs) / max(1, ok + sum(r.errors for r in runs)),
         errors=sum(r.errors for r in runs),
         server_cpu_us=1e6 * sum(r.server_cpu for r in runs) / max(1, ok),
         codes=codes,
+        load_cpu=sum(r.load_cpu for r in runs) / sum(r.duration for r in runs),
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", default="500,1000,2000,5000")
+    parser.add_argument("--sizes", default="500,1000,2000,3000,4000,5000")
     parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument(
         "--rounds", type=int, default=3, help="alternating runs of each server per fleet size"
     )
     parser.add_argument(
+        "--layouts",
+        default=f"1,{len(os.sched_getaffinity(0))}",
+        help="server process layouts to compare: 1 (one process) and/or N (N gRPC worker "
+        "processes; the aggregator adds its merger, as --workers N does)",
+    )
+    parser.add_argument(
         "--load",
-        choices=("ghz", "python"),
-        default="ghz",
-        help="load generator: ghz (default) or grpc.aio client processes (costly per call)",
+        choices=("grpcload", "ghz", "python"),
+        default="grpcload",
+        help="load generator: grpcload (default, Go, built on first use), ghz, or grpc.aio "
+        "client processes (costly per call)",
     )
     parser.add_argument("--clients", type=int, default=2, help="client processes (--load python)")
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="uvloop",
+        help="event loop of every server process, baseline and aggregator alike",
+    )
     parser.add_argument(
         "--profile", metavar="PREFIX", help="write cProfile stats of each aggregator server run"
     )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    load = os.getloadavg()[0]
-    if args.load == "ghz":
+    EVENT_LOOP[0] = args.event_loop
+    layouts = [int(w) for w in args.layouts.split(",")]
+    load = os.getloadavg()
+    if args.load == "grpcload":
+        ensure_grpcload()
+        driver = f"grpcload ({GHZ_CONNECTIONS} connections)"
+    elif args.load == "ghz":
         ensure_ghz()
-        driver = f"ghz {GHZ_VERSION} (-c 50, 4 connections)"
+        driver = f"ghz {GHZ_VERSION} (-c 50, {GHZ_CONNECTIONS} connections)"
     else:
         driver = f"{args.clients} Python client processes"
     print(
         f"aggregator Exchange at 1 Hz per node, load from {driver}, "
+        f"servers on {args.event_loop}, "
         f"{args.rounds} x {args.duration:g} s measured per server and size "
         f"(each after {args.warmup:g} s warm-up); "
-        f"{os.cpu_count()} CPUs, load average {load:.2f} at start"
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
     )
     header = (
-        f"{'nodes':>6} {'server':>9} {'exch/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'nodes':>6} {'procs':>5} {'server':>7} {'exch/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'late':>6} {'errors':>6} {'cpu us':>7} {'cpu/base':>8} {'lag99 ms':>8} "
-        f"{'p99/base':>8}"
+        f"{'load cpu':>8} {'p99/base':>8}"
     )
     print(header)
     print("-" * len(header))
-    worst = 0.0
+    worst = dict.fromkeys(layouts, 0.0)
     for fleet in sizes:
-        runs: dict[str, list[Run]] = {"baseline": [], "aggregator": []}
         data = ROOT / ".cache" / f"bench-aggregator-{fleet}.json"
+        data.parent.mkdir(parents=True, exist_ok=True)
         if args.load == "ghz":
-            data.parent.mkdir(parents=True, exist_ok=True)
             ghz_data(fleet, data)
-        # Alternate the two servers so that drifting load on the machine hits both alike.
-        for round_no in range(args.rounds):
-            for kind in runs:
-                profile = (
-                    f"{args.profile}-{fleet}-{round_no}.prof"
-                    if args.profile and kind == "aggregator"
-                    else None
+        elif args.load == "grpcload":
+            data = data.with_suffix(".bin")
+            grpcload_data(fleet, data)
+        for workers in layouts:
+            runs: dict[str, list[Run]] = {"baseline": [], "aggregator": []}
+            # Alternate the two servers so that drifting load on the machine hits both alike.
+            for round_no in range(args.rounds):
+                for kind in runs:
+                    profile = (
+                        f"{args.profile}-{fleet}-{workers}-{round_no}.prof"
+                        if args.profile and kind == "aggregator"
+                        else None
+                    )
+                    if args.load == "python":
+                        run = run_python(
+                            kind, workers, fleet, args.clients, args.warmup, args.duration, profile
+                        )
+                    else:
+                        runner = run_grpcload if args.load == "grpcload" else run_ghz
+                        run = runner(
+                            kind, workers, fleet, data, args.warmup, args.duration, profile
+                        )
+                    runs[kind].append(run)
+            base, real = summarise(runs["baseline"]), summarise(runs["aggregator"])
+            ratio = real.p99_ms / base.p99_ms
+            cpu_ratio = real.server_cpu_us / base.server_cpu_us
+            worst[workers] = max(worst[workers], ratio)
+            procs = "1" if workers == 1 else f"{workers}w"
+            for label, r, cpu_rel, rel in (
+                ("empty", base, 1.0, 1.0),
+                ("carico", real, cpu_ratio, ratio),
+            ):
+                print(
+                    f"{fleet:>6} {procs:>5} {label:>7} {r.rate:>8.0f} {r.p50_ms:>8.2f} "
+                    f"{r.p99_ms:>8.2f} {r.late:>6.1%} {r.errors:>6} {r.server_cpu_us:>7.0f} "
+                    f"{cpu_rel:>8.2f} {r.lag_p99_ms:>8.2f} {r.load_cpu:>8.2f} {rel:>8.2f}",
+                    flush=True,
                 )
-                runs[kind].append(
-                    run_ghz(kind, fleet, data, args.warmup, args.duration, profile)
-                    if args.load == "ghz"
-                    else run_python(kind, fleet, args.clients, args.warmup, args.duration, profile)
-                )
-        base, real = summarise(runs["baseline"]), summarise(runs["aggregator"])
-        ratio = real.p99_ms / base.p99_ms
-        cpu_ratio = real.server_cpu_us / base.server_cpu_us
-        worst = max(worst, ratio)
-        for label, r, cpu_rel, rel in (
-            ("empty", base, 1.0, 1.0),
-            ("carico", real, cpu_ratio, ratio),
-        ):
+            for label, r in (("empty", base), ("carico", real)):
+                if r.codes:
+                    why = {
+                        "grpcload": "calls that failed in the measured window; Canceled: "
+                        "not answered within the 10 s deadline",
+                        "ghz": "ghz ends a run by closing its connections: calls still in "
+                        "flight then, at most -c per run, come back Unavailable",
+                        "python": "CANCELLED: still unanswered 15 s after the window, when the "
+                        "client closed its channels",
+                    }[args.load]
+                    print(f"  note: {label} errors by status: {r.codes} ({why})")
+            work = [r.work for r in runs["aggregator"]]
+            calls = sum(w["calls"] for w in work)
+            recomputes = sum(w["recomputes"] for w in work)
             print(
-                f"{fleet:>6} {label:>9} {r.rate:>8.0f} {r.p50_ms:>8.2f} {r.p99_ms:>8.2f} "
-                f"{r.late:>6.1%} {r.errors:>6} {r.server_cpu_us:>7.0f} {cpu_rel:>8.2f} "
-                f"{r.lag_p99_ms:>8.2f} {rel:>8.2f}",
-                flush=True,
+                f"  carico's own work: {1e6 * sum(w['handler_s'] for w in work) / calls:.1f} us "
+                f"per call inside the handler (validation, store or forwarding); "
+                f"{1e3 * sum(w['recompute_s'] for w in work) / max(1, recomputes):.2f} ms per "
+                f"background recompute ({recomputes} recomputes)"
             )
-        for label, r in (("empty", base), ("carico", real)):
-            if r.codes:
-                why = (
-                    "ghz ends a run by closing its connections: calls still in flight then, at "
-                    "most -c per run, come back Unavailable"
-                    if args.load == "ghz"
-                    else "CANCELLED: still unanswered 15 s after the window, when the client "
-                    "closed its channels"
-                )
-                print(f"  note: {label} errors by status: {r.codes} ({why})")
-        work = [r.work for r in runs["aggregator"]]
-        calls = sum(w["calls"] for w in work)
-        recomputes = sum(w["recomputes"] for w in work)
-        print(
-            f"  carico's own work: {1e6 * sum(w['handler_s'] for w in work) / calls:.1f} us per "
-            f"call inside the handler (validation, store); "
-            f"{1e3 * sum(w['recompute_s'] for w in work) / max(1, recomputes):.2f} ms per "
-            f"background recompute ({recomputes} recomputes)"
-        )
-        held = [r.senders for r in runs["aggregator"]]
-        if any(h != fleet for h in held):
-            print(f"  note: aggregator held {held} senders, expected {fleet}")
+            held = [r.senders for r in runs["aggregator"]]
+            if any(h != fleet for h in held):
+                print(f"  note: aggregator held {held} senders, expected {fleet}")
+    load = os.getloadavg()
     print(
-        f"load average {os.getloadavg()[0]:.2f} at end; worst p99 ratio {worst:.2f} (target <= 3)"
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at end; worst p99 ratio "
+        + ", ".join(
+            f"{worst[w]:.2f} ({'1 process' if w == 1 else f'{w} workers'})" for w in layouts
+        )
+        + " (target <= 3)"
+    )
+    print(
+        "procs: 1 = one process; Nw = N gRPC processes on one port (the aggregator's merger "
+        "besides). cpu us: CPU of all server processes per answered exchange. load cpu: cores "
+        "the load generator used meanwhile (it shares the machine)."
     )
     return 0
 

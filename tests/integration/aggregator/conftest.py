@@ -1,4 +1,7 @@
-"""Real aggregators on 127.0.0.1 (port 0) and real gRPC clients for the integration tests."""
+"""Real aggregators on 127.0.0.1 (port 0) and real gRPC clients for the integration tests.
+
+``start_aggregator(workers=N)`` with N above 1 starts the multi-process layout (a merger in the
+test's process, N spawned worker processes serving the port), as ``--workers N`` does."""
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -10,8 +13,10 @@ import numpy as np
 import pytest
 
 from aggregator.grpc_server import start_grpc_server
+from aggregator.merger import Merger
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
+from aggregator.worker import WorkerConfig
 from carico.model import SubspaceModel
 from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
 
@@ -31,8 +36,9 @@ class FakeClock:
 @dataclass
 class Running:
     service: AggregatorService
-    server: grpc.aio.Server
+    server: grpc.aio.Server | None
     port: int
+    merger: Merger | None = None
     channels: list[grpc.aio.Channel] = field(default_factory=list)
 
     @property
@@ -53,17 +59,38 @@ class Running:
     async def wait_recomputed(
         self, senders: int, timeout: float = 10.0
     ) -> aggregator_pb2.GlobalModel:
-        """Wait (without asserting on time) until the background recompute has seen ``senders``."""
+        """Wait (without asserting on time) until the background recompute has seen ``senders``
+        and, with workers, until every worker serves the result."""
         deadline = asyncio.get_running_loop().time() + timeout
         while (
             len(self.service.store) != senders
             or self.service.store.dirty
             or self.service._wake.is_set()
+            or (self.merger is not None and not self.merger.in_sync())
         ):
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"store never reached {senders} senders")
             await asyncio.sleep(0.005)
         return self.service.served()
+
+    async def outcomes(self, calls: int, timeout: float = 10.0) -> dict[str, float]:
+        """Exchange outcomes as scraped, once ``calls`` calls are counted (workers report their
+        counts every few tens of milliseconds)."""
+        registry = self.service.metrics.registry
+        deadline = asyncio.get_running_loop().time() + timeout
+        while registry.get_sample_value("carico_aggregator_exchange_latency_seconds_count") != (
+            calls
+        ):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"never counted {calls} calls")
+            await asyncio.sleep(0.01)
+        return {
+            outcome: registry.get_sample_value(
+                "carico_aggregator_exchanges_total", {"outcome": outcome}
+            )
+            or 0.0
+            for outcome in ("accepted", "stale", "invalid", "over_capacity")
+        }
 
 
 Start = Callable[..., Awaitable[Running]]
@@ -78,6 +105,7 @@ async def start_aggregator() -> AsyncIterator[Start]:
         clock: Callable[[], float] | None = None,
         tls: Any = None,
         max_message_bytes: int = 1 << 20,
+        workers: int = 1,
         **config: Any,
     ) -> Running:
         service = AggregatorService(
@@ -86,10 +114,24 @@ async def start_aggregator() -> AsyncIterator[Start]:
             **({"clock": clock} if clock is not None else {}),
         )
         await service.start()
-        server, port = await start_grpc_server(
-            service, "127.0.0.1:0", tls=tls, max_message_bytes=max_message_bytes
-        )
-        result = Running(service, server, port)
+        if workers > 1:
+            merger = Merger(
+                service,
+                "127.0.0.1:0",
+                workers,
+                WorkerConfig(
+                    tls=tls,
+                    max_message_bytes=max_message_bytes,
+                    report_interval=0.02,
+                    event_loop="uvloop",  # the command's default
+                ),
+            )
+            result = Running(service, None, await merger.start(), merger)
+        else:
+            server, port = await start_grpc_server(
+                service, "127.0.0.1:0", tls=tls, max_message_bytes=max_message_bytes
+            )
+            result = Running(service, server, port)
         running.append(result)
         return result
 
@@ -97,7 +139,10 @@ async def start_aggregator() -> AsyncIterator[Start]:
     for r in running:
         for channel in r.channels:
             await channel.close()
-        await r.server.stop(None)
+        if r.server is not None:
+            await r.server.stop(None)
+        if r.merger is not None:
+            await r.merger.stop()
         await r.service.stop()
 
 

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 from typing import IO, Any
@@ -81,26 +82,52 @@ def _exchange(port: int, node: str, batch: np.ndarray) -> aggregator_pb2.GlobalM
         return reply
 
 
+def _children(pid: int) -> list[int]:
+    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return [int(child) for child in text.split()]
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs (a zombie left to init does not run either)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
 @pytest.mark.slow
-def test_serves_stops_on_sigterm_with_a_checkpoint_and_restores_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serves_stops_on_sigterm_with_a_checkpoint_and_restores_it(
+    tmp_path: Path, workers: str
+) -> None:
     rng = np.random.default_rng(3)
-    proc = _start(tmp_path)
+    proc = _start(tmp_path, "--workers", workers)
     try:
         assert proc.stderr is not None
         serving, _ = _wait_for(proc.stderr, "serving")
+        assert serving["workers"] == int(workers)
         port, ops_port = serving["grpc_port"], serving["ops_port"]
         with urllib.request.urlopen(f"http://127.0.0.1:{ops_port}/healthz", timeout=10) as resp:
             assert resp.status == 200
+        children = _children(proc.pid)
+        # The workers (and, with spawned processes, multiprocessing's resource tracker).
+        assert len(children) >= (int(workers) if workers != "1" else 0)
         _exchange(port, "node-a", rng.uniform(size=(2, 5)))
         proc.send_signal(signal.SIGTERM)
         _wait_for(proc.stderr, "stopped")
         assert proc.wait(timeout=30) == 0
     finally:
         proc.kill()
+    # Nothing of the aggregator keeps running (the tracker ends when it sees its parent gone).
+    deadline = time.monotonic() + 30
+    while not all(_gone(child) for child in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_gone(child) for child in children), children
     saved = json.loads((tmp_path / "ckpt.json").read_text())
     assert [e["node"] for e in saved["entries"]] == ["node-a"]
 
-    proc = _start(tmp_path)
+    proc = _start(tmp_path, "--workers", workers)
     try:
         assert proc.stderr is not None
         serving, seen = _wait_for(proc.stderr, "serving")

@@ -12,6 +12,9 @@ import pytest
 from carico.http_ops import start_ops_server
 from protos.carico.v1 import aggregator_pb2
 
+# The tests marked so run against one process and against a merger with two worker processes.
+WORKERS = pytest.mark.parametrize("workers", [1, 2], ids=["1-process", "2-workers"])
+
 # Sums of a few hundred products of numbers in [0,1] plus one d×d eigendecomposition: float64
 # rounding stays around 1e-15; 1e-12 leaves room but catches any real mixing error.
 ATOL = 1e-12
@@ -21,10 +24,11 @@ def _moment(batch: np.ndarray) -> np.ndarray:
     return batch @ batch.T / batch.shape[1]
 
 
+@WORKERS
 async def test_the_first_reply_is_immediate_and_empty_then_the_mean_arrives(
-    start_aggregator, make_local, moment_of, rng
+    start_aggregator, workers, make_local, moment_of, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+    agg = await start_aggregator(workers=workers)
     stub = agg.stub()
     batch = rng.uniform(size=(2, 10))
     first = await stub.Exchange(make_local("n1", batch), timeout=5)
@@ -36,10 +40,11 @@ async def test_the_first_reply_is_immediate_and_empty_then_the_mean_arrives(
     np.testing.assert_allclose(moment_of(second), _moment(batch), atol=ATOL)
 
 
+@WORKERS
 async def test_many_nodes_merge_to_the_numpy_mean(
-    start_aggregator, make_local, moment_of, rng
+    start_aggregator, workers, make_local, moment_of, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+    agg = await start_aggregator(workers=workers)
     stub = agg.stub()
     batches = {f"node-{i}": rng.uniform(size=(2, 10)) * rng.uniform(0.2, 1.0) for i in range(300)}
     costs = {node: float(rng.uniform(0.05, 0.5)) for node in list(batches)[:101]}
@@ -137,10 +142,11 @@ def _bad_messages(make_local, rng) -> list[tuple[str, aggregator_pb2.LocalModel,
     ]
 
 
+@WORKERS
 async def test_every_bad_input_class_gets_invalid_argument_and_changes_nothing(
-    start_aggregator, make_local, rng
+    start_aggregator, workers, make_local, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+    agg = await start_aggregator(workers=workers)
     stub = agg.stub()
     await stub.Exchange(make_local("good-node", rng.uniform(size=(2, 8))), timeout=5)
     await agg.wait_recomputed(1)
@@ -153,11 +159,18 @@ async def test_every_bad_input_class_gets_invalid_argument_and_changes_nothing(
     assert agg.service.reply == reply_before
     assert agg.service.store.get("good-node") == entry_before and len(agg.service.store) == 1
     assert not agg.service.store.dirty
-    assert agg.service.metrics.exchanges["invalid"] == len(_bad_messages(make_local, rng))
+    bad = len(_bad_messages(make_local, rng))
+    assert (await agg.outcomes(1 + bad)) == {
+        "accepted": 1,
+        "stale": 0,
+        "invalid": bad,
+        "over_capacity": 0,
+    }
 
 
-async def test_bytes_that_are_not_a_model_are_invalid_argument(start_aggregator) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+@WORKERS
+async def test_bytes_that_are_not_a_model_are_invalid_argument(start_aggregator, workers) -> None:  # type: ignore[no-untyped-def]
+    agg = await start_aggregator(workers=workers)
     async with grpc.aio.insecure_channel(agg.address) as channel:
         raw = channel.unary_unary("/carico.v1.Aggregator/Exchange")
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -166,10 +179,11 @@ async def test_bytes_that_are_not_a_model_are_invalid_argument(start_aggregator)
     assert "not a carico.v1.LocalModel" in (info.value.details() or "")
 
 
+@WORKERS
 async def test_oversized_messages_are_refused_by_the_size_limit(
-    start_aggregator, make_local, rng
+    start_aggregator, workers, make_local, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator(max_message_bytes=4096)
+    agg = await start_aggregator(workers=workers, max_message_bytes=4096)
     message = make_local("big", rng.uniform(size=(2, 8)))
     message.per_pod_costs[:] = [0.1] * 1000  # ~8 kB
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -178,8 +192,11 @@ async def test_oversized_messages_are_refused_by_the_size_limit(
     assert len(agg.service.store) == 0
 
 
-async def test_new_senders_beyond_the_limit_are_refused(start_aggregator, make_local, rng) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator(max_senders=2)
+@WORKERS
+async def test_new_senders_beyond_the_limit_are_refused(
+    start_aggregator, workers, make_local, rng
+) -> None:  # type: ignore[no-untyped-def]
+    agg = await start_aggregator(workers=workers, max_senders=2)
     stub = agg.stub()
     for node in ("a", "b"):
         await stub.Exchange(make_local(node, rng.uniform(size=(2, 4))), timeout=5)
@@ -191,10 +208,11 @@ async def test_new_senders_beyond_the_limit_are_refused(start_aggregator, make_l
     assert sorted(e.node for e in agg.service.store.entries()) == ["a", "b"]
 
 
+@WORKERS
 async def test_concurrent_clients_each_keep_their_latest(
-    start_aggregator, make_local, moment_of, rng
+    start_aggregator, workers, make_local, moment_of, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+    agg = await start_aggregator(workers=workers)
     n_clients, rounds = 16, 20
     batches = rng.uniform(size=(n_clients, rounds, 2, 6))
 
@@ -207,20 +225,25 @@ async def test_concurrent_clients_each_keep_their_latest(
             assert reply.aggregator == "agg"
 
     await asyncio.gather(*(client(i) for i in range(n_clients)))
+    # All calls counted: with workers, every model has reached the merger by then.
+    assert (await agg.outcomes(n_clients * rounds))["accepted"] == n_clients * rounds
     served = await agg.wait_recomputed(n_clients)
     expected = np.mean([_moment(batches[i, rounds - 1]) for i in range(n_clients)], axis=0)
     np.testing.assert_allclose(moment_of(served), expected, atol=ATOL)
-    assert agg.service.metrics.exchanges["accepted"] == n_clients * rounds
 
 
-async def test_metrics_and_health_on_the_ops_endpoint(start_aggregator, make_local, rng) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator()
+@WORKERS
+async def test_metrics_and_health_on_the_ops_endpoint(
+    start_aggregator, workers, make_local, rng
+) -> None:  # type: ignore[no-untyped-def]
+    agg = await start_aggregator(workers=workers)
     stub = agg.stub()
     for node in ("a", "b", "c"):
         await stub.Exchange(make_local(node, rng.uniform(size=(2, 4))), timeout=5)
     with pytest.raises(grpc.aio.AioRpcError):
         await stub.Exchange(make_local("Bad", rng.uniform(size=(2, 4))), timeout=5)
     await agg.wait_recomputed(3)
+    await agg.outcomes(4)  # workers report their counts every few tens of milliseconds
     ops = await start_ops_server("127.0.0.1", 0, agg.service.metrics.registry)
     try:
         async with aiohttp.ClientSession() as http:
@@ -234,6 +257,8 @@ async def test_metrics_and_health_on_the_ops_endpoint(start_aggregator, make_loc
     assert 'carico_aggregator_exchanges_total{outcome="accepted"} 3.0' in text
     assert 'carico_aggregator_exchanges_total{outcome="invalid"} 1.0' in text
     assert "carico_aggregator_exchange_latency_seconds_count 4.0" in text
+    if workers > 1:  # the counts above are sums over the worker processes
+        assert f"carico_aggregator_workers {float(workers)}" in text
     age = next(
         line
         for line in text.splitlines()
@@ -242,10 +267,11 @@ async def test_metrics_and_health_on_the_ops_endpoint(start_aggregator, make_loc
     assert 0.0 <= float(age.split()[-1]) < 3600
 
 
+@WORKERS
 async def test_a_configured_feature_set_refuses_others_even_when_empty(
-    start_aggregator, make_local, rng
+    start_aggregator, workers, make_local, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    agg = await start_aggregator(feature_names=("cpu", "memory"))
+    agg = await start_aggregator(workers=workers, feature_names=("cpu", "memory"))
     stub = agg.stub()
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await stub.Exchange(
@@ -256,4 +282,5 @@ async def test_a_configured_feature_set_refuses_others_even_when_empty(
         info.value.details() or ""
     )
     await stub.Exchange(make_local("n2", rng.uniform(size=(2, 4))), timeout=5)
+    await agg.wait_recomputed(1)
     assert [e.node for e in agg.service.store.entries()] == ["n2"]

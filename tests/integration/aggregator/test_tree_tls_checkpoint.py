@@ -106,11 +106,12 @@ def pki(tmp_path: Path) -> dict[str, Path]:
     return paths
 
 
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-process", "2-workers"])
 async def test_mtls_accepts_signed_clients_and_refuses_the_rest(
-    start_aggregator, make_local, rng, pki
+    start_aggregator, make_local, rng, pki, workers
 ) -> None:  # type: ignore[no-untyped-def]
     tls = ServerTls(pki["srv_crt"], pki["srv_key"], pki["ca"])
-    agg = await start_aggregator("secure", tls=tls)
+    agg = await start_aggregator("secure", tls=tls, workers=workers)
     good = agg.stub(grpc_channel_credentials(pki["ca"], pki["cli_crt"], pki["cli_key"]))
     reply = await good.Exchange(make_local("n1", rng.uniform(size=(2, 4))), timeout=5)
     assert reply.aggregator == "secure"
@@ -127,9 +128,12 @@ async def test_mtls_accepts_signed_clients_and_refuses_the_rest(
     assert [e.node for e in agg.service.store.entries()] == ["n1"]
 
 
-async def test_a_tree_link_over_mtls(start_aggregator, make_local, rng, pki) -> None:  # type: ignore[no-untyped-def]
-    root = await start_aggregator("root", tls=ServerTls(pki["srv_crt"], pki["srv_key"], pki["ca"]))
-    child = await start_aggregator("child")
+@pytest.mark.parametrize("workers", [1, 2], ids=["1-process", "2-workers"])
+async def test_a_tree_link_over_mtls(start_aggregator, make_local, rng, pki, workers) -> None:  # type: ignore[no-untyped-def]
+    root = await start_aggregator(
+        "root", tls=ServerTls(pki["srv_crt"], pki["srv_key"], pki["ca"]), workers=workers
+    )
+    child = await start_aggregator("child", workers=workers)
     await child.stub().Exchange(make_local("n1", rng.uniform(size=(2, 4))), timeout=5)
     await child.wait_recomputed(1)
     link = ParentLink(
@@ -137,9 +141,16 @@ async def test_a_tree_link_over_mtls(start_aggregator, make_local, rng, pki) -> 
     )
     try:
         assert await link.exchange_once()
+        assert (await root.wait_recomputed(1)).contributing_nodes == 1
+        assert await link.exchange_once()  # the root's answer now holds the child's node
     finally:
         await link.close()
-    assert (await root.wait_recomputed(1)).contributing_nodes == 1
+    # The child's nodes get the fleet-wide model from the parent (through every worker).
+    await child.wait_recomputed(1)
+    reply = await child.stub().Exchange(
+        make_local("n1", rng.uniform(size=(2, 4)), sequence=2), timeout=5
+    )
+    assert reply.aggregator == "root" and reply.has_model and reply.contributing_nodes == 1
     anonymous = ParentLink(child.service, root.address, tls=ClientTls(pki["ca"]))
     try:
         assert not await anonymous.exchange_once()

@@ -109,3 +109,19 @@ def test_https_context_loads_and_requires_client_certs(pki: dict[str, Path]) -> 
 
     context = server_ssl_context(pki["server_crt"], pki["server_key"], pki["ca"])
     assert context.verify_mode == ssl.CERT_REQUIRED
+
+
+async def test_healthz_follows_the_health_callback() -> None:
+    state: dict[str, str | None] = {"problem": "worker 1 is not running"}
+    ops = await start_ops_server(
+        "127.0.0.1", 0, CollectorRegistry(), healthy=lambda: state["problem"]
+    )
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{ops.port}/healthz") as resp:
+                assert resp.status == 503 and "worker 1 is not running" in await resp.text()
+            state["problem"] = None
+            async with http.get(f"http://127.0.0.1:{ops.port}/healthz") as resp:
+                assert resp.status == 200
+    finally:
+        await ops.close()

@@ -12,6 +12,7 @@ from aggregator.validate import (
     _check_factor_numpy,
     _check_factor_small,
     check_factor,
+    checked_entry,
     validate_local_model,
 )
 from protos.carico.v1 import aggregator_pb2
@@ -207,3 +208,15 @@ def test_the_unrolled_2x2_check_never_accepts_what_the_general_one_refuses(
         assert verdicts[0] == verdicts[1], (u, s)
         seen.add(verdicts[0])
     assert seen == {True, False}  # the perturbations really straddle the tolerances
+
+
+@pytest.mark.parametrize(
+    ("weight", "costs", "dims"), [(0, (), 2), (1, (0.5,), 2), (7, (0.1, 0.2, 0.3), 2), (1, (), 5)]
+)
+def test_the_entry_of_a_checked_model_is_the_validated_entry(
+    make_local, rng, weight: int, costs: tuple[float, ...], dims: int
+) -> None:  # type: ignore[no-untyped-def]
+    # What the merger builds from a model a worker validated must be what validation builds.
+    message = make_local("n-1", rng.uniform(size=(dims, 9)), weight=weight, costs=costs)
+    names = tuple(message.model.feature_names)
+    assert checked_entry(message, 7.0) == validate_local_model(message, names, 7.0)
