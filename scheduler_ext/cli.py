@@ -16,11 +16,12 @@ import gc
 import logging
 import signal
 import sys
-from collections.abc import Callable
 
 from carico.cliargs import (
+    EVENT_LOOPS,
     add_env_argument,
     add_env_flag,
+    event_loop_factory,
     non_negative_float,
     non_negative_int,
     port,
@@ -203,7 +204,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser,
         "--event-loop",
         default="uvloop",
-        choices=["uvloop", "asyncio"],
+        choices=list(EVENT_LOOPS),
         help="event loop implementation: uvloop (libuv, less CPU per request) or the stdlib's",
     )
     add_logging_arguments(parser)
@@ -349,14 +350,6 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
         await cluster.close()
 
 
-def new_event_loop(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
-    if kind == "uvloop":
-        import uvloop
-
-        return uvloop.new_event_loop
-    return asyncio.new_event_loop
-
-
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
     problem = _check_pairs(args)
@@ -368,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
     gc.collect()
     gc.freeze()
     try:
-        with asyncio.Runner(loop_factory=new_event_loop(args.event_loop)) as runner:
+        with asyncio.Runner(loop_factory=event_loop_factory(args.event_loop)) as runner:
             return runner.run(serve(args))
     except (ValueError, OSError) as exc:
         print(f"carico extender: {exc}", file=sys.stderr)

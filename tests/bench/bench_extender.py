@@ -67,8 +67,8 @@ def filter_body(names: list[str], cache_capable: bool) -> bytes:
 def serve_trivial(port: int, event_loop: str) -> None:
     from aiohttp import web
 
+    from carico.cliargs import event_loop_factory
     from scheduler_ext import wire
-    from scheduler_ext.cli import new_event_loop
 
     def names_of(args: wire.ExtenderArgs) -> list[str]:
         if args.NodeNames is not None:
@@ -104,7 +104,7 @@ def serve_trivial(port: int, event_loop: str) -> None:
         port=port,
         access_log=None,
         print=None,
-        loop=new_event_loop(event_loop)(),
+        loop=event_loop_factory(event_loop)(),
     )
 
 
