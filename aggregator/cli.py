@@ -79,10 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         arg,
         "--workers",
-        default=len(os.sched_getaffinity(0)),
-        type=positive_int,
+        default=0,
+        type=non_negative_int,
         help="processes serving gRPC on the port, in front of one that holds the store "
-        "(default: the CPUs this process may use; 1: everything in one process)",
+        "(0: as many as the CPUs this process may use; 1: everything in one process)",
     )
     add_env_argument(
         arg,
@@ -241,12 +241,14 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     server: grpc.aio.Server | None = None
     merger: Merger | None = None
+    # 0 stands for the CPUs this process may use, so the documented default is machine-free.
+    workers = args.workers or len(os.sched_getaffinity(0))
     try:
-        if args.workers > 1:
+        if workers > 1:
             merger = Merger(
                 service,
                 args.listen,
-                args.workers,
+                workers,
                 WorkerConfig(
                     tls=tls,
                     max_message_bytes=args.max_message_bytes,
@@ -298,7 +300,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             "ops_port": ops.port,
             "aggregator": args.name,
             "parent": args.parent,
-            "workers": args.workers,
+            "workers": workers,
         },
     )
     code = 0
