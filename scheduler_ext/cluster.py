@@ -6,17 +6,31 @@ owner move pods through their phases. The decision code and the ledger are the s
 both cases. ``run_pod_watch`` calls ``on_list`` with every pod that is bound and still Pending —
 at start and again whenever the watch had to relist — and ``on_event`` for each change after that;
 both callbacks run on the event loop's thread.
+
+For the repacker in apply mode the interface also lists the objects a plan is checked against
+(``list_objects``: Nodes, Pods and PodDisruptionBudgets as one ``List``, the form
+``repack.snapshot.parse_list`` reads) and evicts pods through the Eviction API (``evict``), which
+refuses with 429 while a PodDisruptionBudget allows no disruption. The in-memory twin holds such
+objects too, answers evictions the same way (budgets computed from ``minAvailable`` /
+``maxUnavailable`` over the Running pods) and, like a ReplicaSet controller, creates a pending
+replacement for every evicted pod that has a controller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import enum
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
+import msgspec
+
+from scheduler_ext import wire
 from scheduler_ext.ledger import PENDING, PodState
-from scheduler_ext.pods import PodFacts
+from scheduler_ext.pods import PodFacts, facts_from_wire
 
 OnList = Callable[[list[PodState]], None]
 OnEvent = Callable[[PodState], None]
@@ -26,6 +40,29 @@ class BindError(Exception):
     """The binding was refused or could not be created; the message goes back to the scheduler."""
 
 
+class Evicted(enum.Enum):
+    EVICTED = "evicted"  # the API accepted the eviction (the pod is being deleted)
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget (or the API's rate limit) said not now
+    GONE = "gone"  # 404, or the uid precondition failed: the pod is not the one planned
+    FAILED = "failed"  # anything else (forbidden, connection errors)
+
+
+@dataclass(frozen=True)
+class EvictionReply:
+    outcome: Evicted
+    message: str = ""
+
+
+RUNNING = "Running"
+
+
+def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """matchLabels only: enough for the budgets the in-memory cluster is given."""
+    if selector is None:
+        return False
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
 class Cluster(Protocol):
     async def bind(self, pod: PodFacts, node: str) -> None:
         """Create the pod's ``pods/binding`` to ``node``; raise BindError on failure."""
@@ -33,6 +70,14 @@ class Cluster(Protocol):
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
         """List, then watch bound Pending pods until cancelled (relisting when needed)."""
+        ...
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        """Create the pod's ``pods/eviction`` (policy/v1), with ``uid`` as a precondition."""
+        ...
+
+    async def list_objects(self) -> dict[str, Any]:
+        """Nodes, Pods and PodDisruptionBudgets as one ``List`` (each item with its ``kind``)."""
         ...
 
     async def close(self) -> None: ...
@@ -61,6 +106,13 @@ class InMemoryCluster:
         self.bindings: list[Binding] = []
         self._fail_next: list[str] = []
         self._watchers: list[OnEvent] = []
+        # Repack: objects by "Kind/namespace/name" (pods: their manifests, kept in step with
+        # ``pods``), evictions made, and refusals to answer before a pod may be evicted.
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.evictions: list[str] = []
+        self.refuse_evictions: dict[str, int] = {}
+        self.replace_evicted = True
+        self._replacements = itertools.count(1)
 
     # -- driven by the owner ---------------------------------------------------------------
 
@@ -70,8 +122,21 @@ class InMemoryCluster:
     def set_phase(self, key: str, phase: str) -> None:
         self._emit(replace(self.pods[key], phase=phase))
 
+    def add_object(self, obj: dict[str, Any]) -> None:
+        """Add a Node, PodDisruptionBudget or Pod manifest; a pod is also added as a PodState."""
+        meta = obj.get("metadata") or {}
+        kind = str(obj.get("kind", ""))
+        if kind == "Pod":
+            meta.setdefault("namespace", "default")
+        self.objects[f"{kind}/{meta.get('namespace', '')}/{meta['name']}"] = obj
+        if kind == "Pod":
+            facts = facts_from_wire(msgspec.convert(obj, wire.Pod))
+            node = str((obj.get("spec") or {}).get("nodeName") or "")
+            self._emit(PodState(facts, node, str((obj.get("status") or {}).get("phase", PENDING))))
+
     def delete_pod(self, key: str) -> None:
         pod = self.pods.pop(key)
+        self.objects.pop(f"Pod/{key}", None)
         for watcher in list(self._watchers):
             watcher(replace(pod, deleted=True))
 
@@ -84,6 +149,10 @@ class InMemoryCluster:
 
     def _emit(self, pod: PodState) -> None:
         self.pods[pod.facts.key] = pod
+        obj = self.objects.get(f"Pod/{pod.facts.key}")
+        if obj is not None:
+            obj.setdefault("spec", {})["nodeName"] = pod.node or None
+            obj.setdefault("status", {})["phase"] = pod.phase
         for watcher in list(self._watchers):
             watcher(pod)
 
@@ -113,6 +182,67 @@ class InMemoryCluster:
             await asyncio.Event().wait()  # events are pushed by the owner's calls
         finally:
             self._watchers.remove(on_event)
+
+    def disruptions_allowed(self, pdb: dict[str, Any]) -> int:
+        """What the disruption controller would compute: healthy (Running) pods minus the
+        minimum, from ``minAvailable`` or ``maxUnavailable`` (integers only)."""
+        ns = pdb["metadata"].get("namespace", "default")
+        spec = pdb.get("spec") or {}
+        selected = [
+            o
+            for o in self.objects.values()
+            if o.get("kind") == "Pod"
+            and o["metadata"].get("namespace") == ns
+            and _selects(spec.get("selector"), o["metadata"].get("labels") or {})
+        ]
+        healthy = sum(1 for o in selected if (o.get("status") or {}).get("phase") == RUNNING)
+        if "minAvailable" in spec:
+            return max(0, healthy - int(spec["minAvailable"]))
+        return max(0, int(spec.get("maxUnavailable", 0)) - (len(selected) - healthy))
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        key = f"{namespace}/{name}"
+        obj = self.objects.get(f"Pod/{key}")
+        current = self.pods.get(key)
+        if obj is None or current is None:
+            return EvictionReply(Evicted.GONE, f'pods "{name}" not found')
+        if uid and current.facts.uid != uid:
+            return EvictionReply(Evicted.GONE, f"pod {key} now has uid {current.facts.uid}")
+        if self.refuse_evictions.get(key, 0) > 0:
+            self.refuse_evictions[key] -= 1
+            return EvictionReply(Evicted.BLOCKED, "429 TooManyRequests: refused for the test")
+        labels = obj["metadata"].get("labels") or {}
+        for pdb in [o for o in self.objects.values() if o.get("kind") == "PodDisruptionBudget"]:
+            if pdb["metadata"].get("namespace", "default") != namespace:
+                continue
+            selector = (pdb.get("spec") or {}).get("selector")
+            if _selects(selector, labels) and self.disruptions_allowed(pdb) <= 0:
+                return EvictionReply(
+                    Evicted.BLOCKED,
+                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                    f"disruption budget {pdb['metadata']['name']}",
+                )
+        self.evictions.append(key)
+        self.delete_pod(key)
+        owners = obj["metadata"].get("ownerReferences") or []
+        controller = next((o for o in owners if o.get("controller")), None)
+        if self.replace_evicted and controller is not None and controller.get("kind") != "Node":
+            # What a ReplicaSet controller does: a new pod from the same template, unbound.
+            n = next(self._replacements)
+            fresh = copy.deepcopy(obj)
+            fresh["metadata"]["name"] = f"{controller.get('name', name)}-r{n}"
+            fresh["metadata"]["uid"] = f"{controller.get('uid', '')}-r{n}"
+            fresh["spec"]["nodeName"] = None
+            fresh["status"] = {"phase": PENDING}
+            self.add_object(fresh)
+        return EvictionReply(Evicted.EVICTED)
+
+    async def list_objects(self) -> dict[str, Any]:
+        items = copy.deepcopy(list(self.objects.values()))
+        for item in items:
+            if item.get("kind") == "PodDisruptionBudget":
+                item.setdefault("status", {})["disruptionsAllowed"] = self.disruptions_allowed(item)
+        return {"apiVersion": "v1", "kind": "List", "items": items}
 
     async def close(self) -> None:
         return None

@@ -14,6 +14,7 @@ Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodS
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +23,7 @@ from typing import Any
 import msgspec
 
 from scheduler_ext import wire
-from scheduler_ext.cluster import BindError, OnEvent, OnList
+from scheduler_ext.cluster import BindError, Evicted, EvictionReply, OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
 
@@ -123,7 +124,9 @@ class KubernetesCluster:
         # One connection per worker, so parallel binds do not queue on urllib3's pool of 4.
         configuration.connection_pool_maxsize = workers
         self._client = client
-        self._api = client.CoreV1Api(client.ApiClient(configuration))
+        api_client = client.ApiClient(configuration)
+        self._api = client.CoreV1Api(api_client)
+        self._policy = client.PolicyV1Api(api_client)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
         self._stop = threading.Event()
 
@@ -154,6 +157,58 @@ class KubernetesCluster:
         await loop.run_in_executor(
             self._pool, self._bind_sync, pod.namespace, pod.name, pod.uid, node
         )
+
+    # -- repack: evictions and the objects a plan is checked against -----------------------
+
+    def _evict_sync(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        c = self._client
+        body = c.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=c.V1ObjectMeta(name=name, namespace=namespace),
+            # The uid precondition: never evict a pod that replaced the planned one by name.
+            delete_options=c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=uid or None)),
+        )
+        try:
+            resp: Any = self._api.create_namespaced_pod_eviction(
+                name=name, namespace=namespace, body=body, _preload_content=False
+            )
+            resp.release_conn()
+        except c.ApiException as exc:
+            message = api_error_message(exc)
+            if exc.status == 429:
+                return EvictionReply(Evicted.BLOCKED, message)
+            if exc.status in (404, 409):
+                return EvictionReply(Evicted.GONE, message)
+            return EvictionReply(Evicted.FAILED, message)
+        except Exception as exc:  # connection errors, timeouts: report, never crash the server
+            return EvictionReply(Evicted.FAILED, str(exc) or type(exc).__name__)
+        return EvictionReply(Evicted.EVICTED)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._evict_sync, namespace, name, uid)
+
+    def _list_objects_sync(self) -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        for kind, call in (
+            ("Node", self._api.list_node),
+            ("Pod", self._api.list_pod_for_all_namespaces),
+            ("PodDisruptionBudget", self._policy.list_pod_disruption_budget_for_all_namespaces),
+        ):
+            resp: Any = call(_preload_content=False)
+            try:
+                listed = json.loads(resp.data)
+            finally:
+                resp.release_conn()
+            for item in listed.get("items") or []:
+                item["kind"] = kind  # list items carry no kind of their own
+                items.append(item)
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    async def list_objects(self) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._list_objects_sync)
 
     # -- watch -----------------------------------------------------------------------------
 
