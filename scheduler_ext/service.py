@@ -242,7 +242,7 @@ class ExtenderService:
         if not maybe:
             return None
         sig = None
-        if any(s.kind is SlotKind.REPLACEMENT for s in maybe):
+        if any(s.kind is not SlotKind.PENDING for s in maybe):
             from scheduler_ext.repack.live import request_signature  # only when a slot may match
 
             sig = request_signature(body)

@@ -6,7 +6,9 @@ constraints), and the extender has to send that replacement to the planned node.
 pending pod likewise has to land on its planned node. A slot says so:
 
 * a *replacement* slot matches any pod whose controller has ``owner_uid`` and whose class
-  signature equals the slot's; a *pending* slot matches the pod with ``pod_uid``;
+  signature equals the slot's; a *pending* slot matches the pod with ``pod_uid``; a *hold*
+  matches like a replacement slot but has no node: the replacement of a pod the plan evicts for
+  good waits until the plan ends instead of taking room the plan gives to others;
 * a pod that matches open slots passes the filter only on their nodes; every other node fails
   with a reason naming the plan;
 * an open slot holds one pod-unit of its node in the capacity table (as a reservation does), so
@@ -39,6 +41,7 @@ Signature = tuple[object, ...]
 class SlotKind(enum.Enum):
     REPLACEMENT = "replacement"  # steers the pod a controller creates in place of an evicted one
     PENDING = "pending"  # steers a pod that was pending when the plan was made
+    HOLD = "hold"  # keeps an evicted pod's replacement off every node until the plan ends
 
 
 class SlotEnd(enum.Enum):
@@ -130,13 +133,16 @@ class SlotTable:
     ) -> Slot:
         if not match:
             raise ValueError("a slot needs the uid it matches (owner uid or pod uid)")
-        if kind is SlotKind.REPLACEMENT and signature is None:
-            raise ValueError("a replacement slot needs the class signature of the pod")
+        if kind is not SlotKind.PENDING and signature is None:
+            raise ValueError(f"a {kind.value} slot needs the class signature of the pod")
+        if (kind is SlotKind.HOLD) != (not node):
+            raise ValueError("a hold has no node; every other slot has one")
         with self.table.lock:
             slot = Slot(next(self._ids), plan, kind, node, match, signature, for_pod, now)
             self._slots[slot.id] = slot
             self._by_match.setdefault(match, []).append(slot)
-            self.table.add_reserved(node, 1)
+            if node:
+                self.table.add_reserved(node, 1)
             self.opened += 1
             return slot
 
@@ -150,7 +156,7 @@ class SlotTable:
             same.remove(slot)
             if not same:
                 del self._by_match[slot.match]
-            if not slot.claimed_by:
+            if slot.node and not slot.claimed_by:
                 self.table.add_reserved(slot.node, -1)
             self.ended[how] += 1
             if not self._slots:
@@ -184,7 +190,7 @@ class SlotTable:
             vetted = self._vetted.get(pod.uid, ()) if pod.uid else ()
             for slot_id in vetted:
                 slot = self._slots.get(slot_id)
-                if slot is not None and slot.node == node and not slot.claimed_by:
+                if slot is not None and slot.node and slot.node == node and not slot.claimed_by:
                     slot.claimed_by = pod.uid
                     self.table.add_reserved(node, -1)
                     return slot
@@ -203,7 +209,9 @@ class SlotTable:
         for slot in slots:
             by_plan.setdefault(slot.plan, []).append(slot.node)
         parts = [
-            f"plan {plan} holds its slot on {', '.join(sorted(set(nodes)))}"
+            f"plan {plan} holds its slot on {', '.join(sorted(set(nodes) - {''}))}"
+            if any(nodes)
+            else f"plan {plan} holds this pod back until it ends"
             for plan, nodes in sorted(by_plan.items())
         ]
         return f"carico: repack {'; '.join(parts)}"

@@ -7,7 +7,9 @@
    ``carico.io/do-not-move``, DaemonSet, static/mirror and bare pods are refused even though the
    snapshot already excludes them), and the target still exists, accepts the pod and has room;
 2. for ``move`` / ``evict-first`` open a *replacement* slot on the target (the controller's new
-   pod is steered there by the extender's filter), then evict through the Eviction API. A 429
+   pod is steered there by the extender's filter), for ``evict`` a *hold* (the replacement of a
+   pod evicted for good stays pending until the plan ends), then evict through the Eviction
+   API. A 429
    (a PodDisruptionBudget, or the API's rate limit) pauses the plan: retry with exponential
    backoff, re-checking the live state before each try, until ``blocked_timeout``;
 3. wait until the pod has left its node and, for ``move`` / ``land`` / ``place``, until the pod
@@ -226,6 +228,17 @@ class PlanExecutor:
         if reason:
             raise Aborted(f"drift before {what}: {reason}")
         if step.action in livemod.EVICTING:
+            if step.action == "evict" and owner_uid:
+                # Evicted for good: its replacement must not take the room meant for others.
+                self.slots.open(
+                    ex.plan_id,
+                    SlotKind.HOLD,
+                    "",
+                    owner_uid,
+                    self.clock(),
+                    signature=livemod.pod_signature(planned),
+                    for_pod=step.pod,
+                )
             if step.action != "evict":
                 if not owner_uid:
                     raise Aborted(f"{what}: the pod has no controller to replace it")

@@ -363,20 +363,68 @@ def test_slot_steers_only_matching_pods_and_bind_takes_over_its_unit() -> None:
     assert service.slots.slots()[0].claimed_by == "uid-rs-node-a-2-x"
 
 
-async def test_plan_with_eviction_and_cycle_steps_is_walked_in_order() -> None:
-    # A hand-made plan: evict one pod for good. The executor must evict it and finish.
+async def test_replacement_of_a_pod_evicted_for_good_is_held_until_the_plan_ends() -> None:
     cluster = fragmented_cluster()
     service = ExtenderService(cluster)
-    plan = Plan(
-        "FEASIBLE",
-        False,
-        0.0,
-        "classes",
-        outcome(parse_list(await cluster.list_objects())),
-        outcome(parse_list(await cluster.list_objects())),
-        steps=(Step("evict", "default/node-c-p2", "node-c", None),),
+    before = outcome(parse_list(await cluster.list_objects()))
+    steps = (
+        Step("evict", "default/node-c-p2", "node-c", None),
+        Step("place", "default/pending", None, "node-c"),
     )
+    plan = Plan("FEASIBLE", False, 0.0, "classes", before, before, steps=steps)
+    sched = FakeScheduler(service, cluster)
+    t = FakeTime()
+    seen: list[dict[str, Any]] = []
+
+    async def sleep(seconds: float) -> None:
+        # While the plan waits for the pending pod, the evicted pod's replacement asks to be
+        # scheduled: the hold keeps it off every node, including the room it just left.
+        replacement = next(k for k in cluster.pods if "-r" in k)
+        seen.append(sched.filter(cluster.objects[f"Pod/{replacement}"], ["node-c"]))
+        await t.sleep(seconds)
+
+    options = ExecutorOptions(step_timeout=5, poll_seconds=1)
+    ex = await executor_for(service, cluster, options, clock=t.clock, sleep=sleep).run(plan)
+    assert ex.outcome == ABORTED and "no pod was bound to node-c" in ex.reason
+    assert cluster.evictions == ["default/node-c-p2"]
+    assert seen and all(r["NodeNames"] == [] for r in seen)
+    assert seen[0]["FailedNodes"] == {
+        "node-c": f"carico: repack plan {ex.plan_id} holds this pod back until it ends"
+    }
+    # The plan is over: the hold is gone with its other slots.
+    assert service.slots.open_count() == 0 and service.table.reserved_counts() == {}
+    replacement = next(k for k in cluster.pods if "-r" in k)
+    assert sched.filter(cluster.objects[f"Pod/{replacement}"], ["node-c"])["NodeNames"] == [
+        "node-c"
+    ]
+
+
+async def test_plan_evicting_a_pod_for_good_completes() -> None:
+    cluster = fragmented_cluster()
     cluster.replace_evicted = False
+    service = ExtenderService(cluster)
+    now = outcome(parse_list(await cluster.list_objects()))
+    steps = (Step("evict", "default/node-c-p2", "node-c", None),)
+    plan = Plan("FEASIBLE", False, 0.0, "classes", now, now, steps=steps)
     ex = await executor_for(service, cluster).run(plan)
     assert ex.outcome == COMPLETED, ex.reason
     assert cluster.evictions == ["default/node-c-p2"] and "default/node-c-p2" not in cluster.pods
+    assert service.slots.open_count() == 0
+
+
+def test_failed_bind_into_a_slot_gives_the_slot_back() -> None:
+    cluster = fragmented_cluster()
+    service = ExtenderService(cluster)
+    sched = FakeScheduler(service, cluster)
+    from scheduler_ext.slots import SlotKind
+
+    slot = service.slots.open("p1", SlotKind.PENDING, "node-a", "uid-pending", 0.0)
+    assert sched.filter(cluster.objects["Pod/default/pending"], ["node-a", "node-b"])[
+        "NodeNames"
+    ] == ["node-a"]
+    cluster.fail_next_bind("the API said no")
+    bind = {"PodName": "pending", "PodNamespace": "default", "PodUID": "uid-pending"}
+    result = asyncio.run(service.bind(json.dumps({**bind, "Node": "node-a"}).encode()))
+    assert json.loads(result) == {"Error": "the API said no"}
+    assert slot.claimed_by == "" and service.ledger.get("default/pending") is None
+    assert service.table.reserved_counts() == {"node-a": 1}  # the slot's own unit, once

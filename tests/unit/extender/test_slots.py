@@ -92,3 +92,17 @@ def test_bad_slots_are_refused(slots: SlotTable) -> None:
     with pytest.raises(ValueError, match="signature"):
         slots.open("p1", SlotKind.REPLACEMENT, "n1", "rs", 0.0)
     assert slots.open_count() == 0 and slots.table.reserved_counts() == {}
+
+
+def test_hold_matches_like_a_replacement_but_holds_no_unit_and_passes_no_node(
+    slots: SlotTable,
+) -> None:
+    hold = slots.open("p1", SlotKind.HOLD, "", "rs-uid", 0.0, signature=SIG)
+    assert slots.table.reserved_counts() == {}
+    pod = replacement("a")
+    assert slots.matching(pod, SIG) == [hold]
+    assert slots.claim(pod, "n1") is None
+    assert slots.filter_reason([hold]) == "carico: repack plan p1 holds this pod back until it ends"
+    assert slots.release_plan("p1") == 1 and slots.table.reserved_counts() == {}
+    with pytest.raises(ValueError, match="hold has no node"):
+        slots.open("p1", SlotKind.HOLD, "n1", "rs-uid", 0.0, signature=SIG)
