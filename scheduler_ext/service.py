@@ -243,7 +243,7 @@ class ExtenderService:
             return None
         sig = None
         if any(s.kind is not SlotKind.PENDING for s in maybe):
-            from scheduler_ext.repack.live import request_signature  # only when a slot may match
+            from scheduler_ext.repack.recheck import request_signature  # only when a slot may match
 
             sig = request_signature(body)
         slots = self.slots.matching(facts, sig)

@@ -2,7 +2,7 @@
 
 ``PlanExecutor.run`` walks the plan's sequenced steps one at a time:
 
-1. read the live objects (``Cluster.list_objects``) and re-check the step (``live.drift``): the
+1. read the live objects (``Cluster.list_objects``) and re-check the step (``recheck.drift``): the
    pod is still the planned one on the planned node and may still be moved (defence in depth:
    ``carico.io/do-not-move``, DaemonSet, static/mirror and bare pods are refused even though the
    snapshot already excludes them), and the target still exists, accepts the pod and has room;
@@ -22,7 +22,7 @@ is evicted, every slot of the plan is released, and the outcome is recorded (met
 ``carico_repack_executions{outcome}``, the ``recent`` list, the log). Steps already done stay
 done: each of them left the cluster in a state where no node is over capacity.
 
-The decisions are in ``live`` (pure); this module does the waiting and the calls. The clock and
+The decisions are in ``recheck`` (pure); this module does the waiting and the calls. The clock and
 the sleep are parameters, so tests run it on fast fake time. Neighbours: ``cluster`` (evictions,
 objects), ``slots`` (the plan slots), ``plan`` (steps).
 """
@@ -38,9 +38,9 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 
 from scheduler_ext.cluster import Cluster, Evicted
-from scheduler_ext.repack import live as livemod
-from scheduler_ext.repack.live import LiveView, live_view
+from scheduler_ext.repack import recheck
 from scheduler_ext.repack.plan import Plan, Step
+from scheduler_ext.repack.recheck import LiveView, live_view
 from scheduler_ext.repack.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod
 from scheduler_ext.slots import SlotEnd, SlotKind, SlotTable
 
@@ -175,7 +175,7 @@ class PlanExecutor:
             planned[step.pod] = pod
             uids[step.pod] = plan.uids.get(step.pod) or pod.uid
             owners[step.pod] = live.owner_uid.get(step.pod, "")
-            if step.action in livemod.EVICTING and pod.immovable in livemod.NEVER_MOVE:
+            if step.action in recheck.EVICTING and pod.immovable in recheck.NEVER_MOVE:
                 raise Aborted(f"pod {step.pod} must not be moved ({pod.immovable})")
         known = {p.uid for p in live.snapshot.pods}
         slot_of: dict[str, int] = {}
@@ -224,10 +224,10 @@ class PlanExecutor:
         step_deadline = min(plan_deadline, self.clock() + self.options.step_timeout)
         what = f"step {index} ({step.action} {step.pod})"
         live = await self._live()
-        reason = livemod.drift(step, planned, uid, live)
+        reason = recheck.drift(step, planned, uid, live)
         if reason:
             raise Aborted(f"drift before {what}: {reason}")
-        if step.action in livemod.EVICTING:
+        if step.action in recheck.EVICTING:
             if step.action == "evict" and owner_uid:
                 # Evicted for good: its replacement must not take the room meant for others.
                 self.slots.open(
@@ -236,7 +236,7 @@ class PlanExecutor:
                     "",
                     owner_uid,
                     self.clock(),
-                    signature=livemod.pod_signature(planned),
+                    signature=recheck.pod_signature(planned),
                     for_pod=step.pod,
                 )
             if step.action != "evict":
@@ -249,7 +249,7 @@ class PlanExecutor:
                     step.to_node,
                     owner_uid,
                     self.clock(),
-                    signature=livemod.pod_signature(planned),
+                    signature=recheck.pod_signature(planned),
                     for_pod=step.pod,
                 )
                 slot_of[step.pod] = slot.id
@@ -263,17 +263,17 @@ class PlanExecutor:
                 ex,
             )
             await self._wait(
-                lambda v: livemod.gone(step, uid, v),
+                lambda v: recheck.gone(step, uid, v),
                 step_deadline,
                 plan_deadline,
                 f"{what}: the pod did not leave {step.from_node}",
             )
             self._note(ex, f"{what}: pod left {step.from_node}")
-        if step.action in livemod.LANDING:
+        if step.action in recheck.LANDING:
             found: list[str] = []
 
             def arrived(v: LiveView) -> bool:
-                got = livemod.landed(step, uid, owner_uid, known, v)
+                got = recheck.landed(step, uid, owner_uid, known, v)
                 if got is not None:
                     found.append(got)
                 return got is not None
@@ -320,7 +320,7 @@ class PlanExecutor:
             self._note(ex, f"{what}: eviction refused ({reply.message}); retry in {delay:g}s")
             await self.sleep(delay)
             live = await self._live()
-            reason = livemod.drift(step, planned, uid, live)
+            reason = recheck.drift(step, planned, uid, live)
             if reason:
                 raise Aborted(f"drift at {what}: {reason}")
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
-from scheduler_ext.repack.live import live_view
 from scheduler_ext.repack.plan import Plan, Step, outcome
+from scheduler_ext.repack.recheck import live_view
 from scheduler_ext.repack.snapshot import parse_list
 from scheduler_ext.repack.solver import SolveOptions, solve
 from scheduler_ext.service import ExtenderService
@@ -328,7 +328,7 @@ def test_slot_steers_only_matching_pods_and_bind_takes_over_its_unit() -> None:
     cluster = fragmented_cluster()
     service = ExtenderService(cluster)
     sched = FakeScheduler(service, cluster)
-    from scheduler_ext.repack.live import pod_signature
+    from scheduler_ext.repack.recheck import pod_signature
     from scheduler_ext.slots import SlotKind
 
     view = live_view({"items": list(cluster.objects.values())})

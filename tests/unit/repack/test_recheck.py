@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from scheduler_ext.repack.executor import ExecutorOptions, backoff_delay
-from scheduler_ext.repack.live import (
+from scheduler_ext.repack.plan import Step
+from scheduler_ext.repack.recheck import (
     drift,
     gone,
     landed,
@@ -17,7 +18,6 @@ from scheduler_ext.repack.live import (
     pod_signature,
     request_signature,
 )
-from scheduler_ext.repack.plan import Step
 
 
 def node(name: str, cpu: str = "1000m", **spec: Any) -> dict[str, Any]:
