@@ -17,13 +17,26 @@ import signal
 import sys
 from collections.abc import Callable
 
-from carico.cliargs import add_env_argument, add_env_flag, port, positive_float
+from carico.cliargs import (
+    add_env_argument,
+    add_env_flag,
+    non_negative_float,
+    port,
+    positive_float,
+)
 from carico.logs import add_logging_arguments, configure_logging
 from carico.tls import grpc_server_credentials, server_ssl_context
 from scheduler_ext.cluster import Cluster, InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
 from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_app, start_http
 from scheduler_ext.ledger import StaleData
+from scheduler_ext.repack.service import (
+    MODES,
+    PlanRunner,
+    RepackService,
+    RepackSettings,
+    RepackSource,
+)
 from scheduler_ext.service import ExtenderService, Settings
 
 log = logging.getLogger("scheduler_ext")
@@ -127,6 +140,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pods whose last decisions /api/v1/explain remembers",
     )
 
+    repack = parser.add_argument_group("repacking (DESIGN §4.3)")
+    add_env_argument(
+        repack,
+        "--repack-mode",
+        default="dry-run",
+        choices=list(MODES),
+        help="dry-run: compute, log and show plans, change nothing; apply: also execute them; "
+        "off: no repacker",
+    )
+    add_env_argument(
+        repack,
+        "--repack-debounce",
+        type=non_negative_float,
+        default=30.0,
+        help="seconds a pod of the managed schedulers must stay Unschedulable before it "
+        "triggers a repack",
+    )
+    add_env_argument(
+        repack,
+        "--repack-cooldown",
+        type=non_negative_float,
+        default=60.0,
+        help="seconds after a repack run before the next automatic one; a cluster state "
+        "already solved is never solved again",
+    )
+    add_env_argument(
+        repack,
+        "--repack-time-limit",
+        type=positive_float,
+        default=10.0,
+        help="solve time budget of one repack run, seconds (POST /repack may ask for another)",
+    )
+
     kube = parser.add_argument_group("cluster")
     add_env_flag(
         kube,
@@ -168,6 +214,54 @@ def settings_from(args: argparse.Namespace) -> Settings:
     )
 
 
+def repack_settings_from(args: argparse.Namespace, settings: Settings) -> RepackSettings:
+    return RepackSettings(
+        mode=args.repack_mode,
+        debounce=args.repack_debounce,
+        cooldown=args.repack_cooldown,
+        time_limit=args.repack_time_limit,
+        max_time_limit=max(args.repack_time_limit, RepackSettings.max_time_limit),
+        excluded_namespaces=settings.excluded_namespaces,
+        managed_schedulers=settings.managed_schedulers,
+    )
+
+
+def plan_runner(
+    args: argparse.Namespace, service: ExtenderService, cluster: Cluster
+) -> PlanRunner | None:
+    """The executor that ``--repack-mode apply`` hands each checked plan to (None otherwise:
+    dry-run needs none). It evicts through ``cluster`` and steers pods with the service's slots."""
+    if args.repack_mode != "apply":
+        return None
+    from scheduler_ext.repack.executor import ApplyCluster, PlanExecutor
+
+    if not isinstance(cluster, ApplyCluster):
+        raise ValueError("this cluster cannot evict pods; --repack-mode apply needs one that can")
+
+    return PlanExecutor(
+        cluster,
+        service.slots,
+        excluded_namespaces=service.settings.excluded_namespaces,
+    )
+
+
+def make_repack(
+    args: argparse.Namespace, service: ExtenderService, cluster: Cluster
+) -> RepackService | None:
+    """The repacker for ``--repack-mode`` (None when off); ValueError when it cannot run."""
+    settings = repack_settings_from(args, service.settings)
+    if settings.mode == "off":
+        return None
+    if not isinstance(cluster, RepackSource):
+        raise ValueError("this cluster cannot be listed for repacking; use --repack-mode off")
+    return RepackService(
+        settings,
+        cluster.list_for_repack,
+        service.metrics,
+        runner=plan_runner(args, service, cluster),
+    )
+
+
 def _check_pairs(args: argparse.Namespace) -> str | None:
     if bool(args.tls_cert) != bool(args.tls_key):
         return "--tls-cert and --tls-key go together"
@@ -197,6 +291,11 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
                     "give --kubeconfig, run in a pod, or use --no-kube"
                 ) from exc
     service = ExtenderService(cluster, settings_from(args))
+    try:
+        repack = make_repack(args, service, cluster)
+    except ValueError:
+        await cluster.close()
+        raise
     ssl_context = (
         server_ssl_context(args.tls_cert, args.tls_key, args.tls_client_ca)
         if args.tls_cert
@@ -209,13 +308,14 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
     )
     grpc_server = await start_grpc(service, f"{args.grpc_host}:{args.grpc_port}", grpc_creds)
     service.readiness.capacity_listening = True
-    app = build_app(service, prefix=args.prefix, max_body=args.max_body_bytes)
+    app = build_app(service, prefix=args.prefix, max_body=args.max_body_bytes, repack=repack)
     http = await start_http(app, args.host, args.port, ssl_context)
     scheme = "https" if ssl_context else "http"
     print(
         f"carico extender: {scheme}://{args.host}:{http.port}{args.prefix.rstrip('/')}"
         f" · gRPC CapacityIngest on {args.grpc_host}:{grpc_server.port}"
-        f"{' (TLS)' if grpc_creds else ''} · {'in-memory cluster' if args.no_kube else 'kube'}",
+        f"{' (TLS)' if grpc_creds else ''} · {'in-memory cluster' if args.no_kube else 'kube'}"
+        f" · repack {args.repack_mode}",
         file=sys.stderr,
         flush=True,
     )
@@ -226,15 +326,22 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
             loop.add_signal_handler(sig, stop.set)
     background = asyncio.create_task(service.run_background(), name="extender-background")
     stopper = asyncio.create_task(stop.wait())
+    tasks = {background, stopper}
+    if repack is not None:
+        assert isinstance(cluster, RepackSource)
+        watch = cluster.run_unscheduled_watch
+        tasks.add(asyncio.create_task(repack.run_background(watch), name="repack-background"))
     try:
-        done, _ = await asyncio.wait({background, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if background in done:
-            background.result()
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done - {stopper}:
+            task.result()
         return 0
     finally:
-        for task in (background, stopper):
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(background, stopper, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if repack is not None:
+            await repack.close()
         await http.close()
         await grpc_server.close()
         await cluster.close()

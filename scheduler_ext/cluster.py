@@ -7,13 +7,11 @@ both cases. ``run_pod_watch`` calls ``on_list`` with every pod that is bound and
 at start and again whenever the watch had to relist — and ``on_event`` for each change after that;
 both callbacks run on the event loop's thread.
 
-For the repacker in apply mode the interface also lists the objects a plan is checked against
-(``list_objects``: Nodes, Pods and PodDisruptionBudgets as one ``List``, the form
-``repack.snapshot.parse_list`` reads) and evicts pods through the Eviction API (``evict``), which
-refuses with 429 while a PodDisruptionBudget allows no disruption. The in-memory twin holds such
-objects too, answers evictions the same way (budgets computed from ``minAvailable`` /
-``maxUnavailable`` over the Running pods) and, like a ReplicaSet controller, creates a pending
-replacement for every evicted pod that has a controller.
+For the repacker in apply mode the interface also evicts pods through the Eviction API
+(``evict``), which refuses with 429 while a PodDisruptionBudget allows no disruption. The
+in-memory twin answers evictions the same way (budgets computed from ``minAvailable`` /
+``maxUnavailable`` over the Running pods of ``objects``) and, like a ReplicaSet controller,
+creates a pending replacement for every evicted pod that has a controller.
 """
 
 from __future__ import annotations
@@ -22,7 +20,8 @@ import asyncio
 import copy
 import enum
 import itertools
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -31,6 +30,7 @@ import msgspec
 from scheduler_ext import wire
 from scheduler_ext.ledger import PENDING, PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
+from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 OnList = Callable[[list[PodState]], None]
 OnEvent = Callable[[PodState], None]
@@ -76,10 +76,6 @@ class Cluster(Protocol):
         """Create the pod's ``pods/eviction`` (policy/v1), with ``uid`` as a precondition."""
         ...
 
-    async def list_objects(self) -> dict[str, Any]:
-        """Nodes, Pods and PodDisruptionBudgets as one ``List`` (each item with its ``kind``)."""
-        ...
-
     async def close(self) -> None: ...
 
 
@@ -106,9 +102,12 @@ class InMemoryCluster:
         self.bindings: list[Binding] = []
         self._fail_next: list[str] = []
         self._watchers: list[OnEvent] = []
-        # Repack: objects by "Kind/namespace/name" (pods: their manifests, kept in step with
-        # ``pods``), evictions made, and refusals to answer before a pod may be evicted.
-        self.objects: dict[str, dict[str, Any]] = {}
+        # What a repack lists: a kubectl-style List of Node, Pod and PodDisruptionBudget objects
+        # (pods added with ``add_object`` are kept in step with ``pods``).
+        self.objects: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": []}
+        self._unscheduled_watchers: list[Callable[[list[Unscheduled]], None]] = []
+        # Apply mode: evictions made, refusals to answer before a pod may be evicted, and whether
+        # an evicted pod with a controller gets a replacement (as a ReplicaSet's would).
         self.evictions: list[str] = []
         self.refuse_evictions: dict[str, int] = {}
         self.replace_evicted = True
@@ -123,22 +122,45 @@ class InMemoryCluster:
         self._emit(replace(self.pods[key], phase=phase))
 
     def add_object(self, obj: dict[str, Any]) -> None:
-        """Add a Node, PodDisruptionBudget or Pod manifest; a pod is also added as a PodState."""
-        meta = obj.get("metadata") or {}
+        """Add a Node, PodDisruptionBudget or Pod to ``objects``; a pod is also added as a
+        PodState (a watch event), and an unbound one reaches the repack trigger."""
+        meta = obj.setdefault("metadata", {})
         kind = str(obj.get("kind", ""))
-        if kind == "Pod":
+        if kind != "Node":
             meta.setdefault("namespace", "default")
-        self.objects[f"{kind}/{meta.get('namespace', '')}/{meta['name']}"] = obj
+        key = f"{meta.get('namespace', '')}/{meta['name']}" if kind != "Node" else meta["name"]
+        old = self.object(kind, key)
+        items = self.objects.setdefault("items", [])
+        if old is not None:
+            items.remove(old)
+        items.append(obj)
         if kind == "Pod":
             facts = facts_from_wire(msgspec.convert(obj, wire.Pod))
             node = str((obj.get("spec") or {}).get("nodeName") or "")
             self._emit(PodState(facts, node, str((obj.get("status") or {}).get("phase", PENDING))))
+            self._tell_unscheduled()
+
+    def object(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The object of ``kind`` named ``key`` (namespace/name; a Node by name) in ``objects``."""
+        for item in self.objects.get("items") or []:
+            if isinstance(item, dict) and item.get("kind") == kind:
+                meta = item.get("metadata") or {}
+                name = meta.get("name")
+                if (
+                    name if kind == "Node" else f"{meta.get('namespace', 'default')}/{name}"
+                ) == key:
+                    return item
+        return None
 
     def delete_pod(self, key: str) -> None:
         pod = self.pods.pop(key)
-        self.objects.pop(f"Pod/{key}", None)
+        obj = self.object("Pod", key)
+        if obj is not None:
+            self.objects["items"].remove(obj)
         for watcher in list(self._watchers):
             watcher(replace(pod, deleted=True))
+        if obj is not None:
+            self._tell_unscheduled()
 
     def subscribe(self, on_event: OnEvent) -> None:
         """Receive every later pod event synchronously (an owner without an event loop)."""
@@ -149,7 +171,7 @@ class InMemoryCluster:
 
     def _emit(self, pod: PodState) -> None:
         self.pods[pod.facts.key] = pod
-        obj = self.objects.get(f"Pod/{pod.facts.key}")
+        obj = self.object("Pod", pod.facts.key)
         if obj is not None:
             obj.setdefault("spec", {})["nodeName"] = pod.node or None
             obj.setdefault("status", {})["phase"] = pod.phase
@@ -190,7 +212,7 @@ class InMemoryCluster:
         spec = pdb.get("spec") or {}
         selected = [
             o
-            for o in self.objects.values()
+            for o in self.objects.get("items") or []
             if o.get("kind") == "Pod"
             and o["metadata"].get("namespace") == ns
             and _selects(spec.get("selector"), o["metadata"].get("labels") or {})
@@ -202,7 +224,7 @@ class InMemoryCluster:
 
     async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
         key = f"{namespace}/{name}"
-        obj = self.objects.get(f"Pod/{key}")
+        obj = self.object("Pod", key)
         current = self.pods.get(key)
         if obj is None or current is None:
             return EvictionReply(Evicted.GONE, f'pods "{name}" not found')
@@ -212,7 +234,7 @@ class InMemoryCluster:
             self.refuse_evictions[key] -= 1
             return EvictionReply(Evicted.BLOCKED, "429 TooManyRequests: refused for the test")
         labels = obj["metadata"].get("labels") or {}
-        for pdb in [o for o in self.objects.values() if o.get("kind") == "PodDisruptionBudget"]:
+        for pdb in [o for o in self.objects["items"] if o.get("kind") == "PodDisruptionBudget"]:
             if pdb["metadata"].get("namespace", "default") != namespace:
                 continue
             selector = (pdb.get("spec") or {}).get("selector")
@@ -237,12 +259,50 @@ class InMemoryCluster:
             self.add_object(fresh)
         return EvictionReply(Evicted.EVICTED)
 
-    async def list_objects(self) -> dict[str, Any]:
-        items = copy.deepcopy(list(self.objects.values()))
-        for item in items:
-            if item.get("kind") == "PodDisruptionBudget":
-                item.setdefault("status", {})["disruptionsAllowed"] = self.disruptions_allowed(item)
-        return {"apiVersion": "v1", "kind": "List", "items": items}
-
     async def close(self) -> None:
         return None
+
+    # -- what a repack sees (``repack.service.RepackSource``) ------------------------------
+
+    def set_objects(self, document: Mapping[str, Any]) -> None:
+        """Replace the objects a repack lists; unbound pods in it feed the repack trigger."""
+        self.objects = json.loads(json.dumps(document))  # a copy the caller cannot change
+        pods = self._unscheduled()
+        for on_list in list(self._unscheduled_watchers):
+            on_list(pods)
+
+    def _unscheduled(self) -> list[Unscheduled]:
+        return [
+            unscheduled_from_object(item)
+            for item in self.objects.get("items") or []
+            if isinstance(item, dict)
+            and item.get("kind") == "Pod"
+            and not (item.get("spec") or {}).get("nodeName")
+        ]
+
+    def _tell_unscheduled(self) -> None:
+        if self._unscheduled_watchers:
+            pods = self._unscheduled()
+            for on_list in list(self._unscheduled_watchers):
+                on_list(pods)
+
+    async def list_for_repack(self) -> list[bytes]:
+        document = copy.deepcopy(self.objects)
+        for item in document.get("items") or []:
+            # A budget given without a status gets the one the disruption controller would write.
+            if item.get("kind") == "PodDisruptionBudget" and "status" not in item:
+                item["status"] = {"disruptionsAllowed": self.disruptions_allowed(item)}
+        return [json.dumps(document).encode()]
+
+    async def run_unscheduled_watch(
+        self,
+        on_list: Callable[[list[Unscheduled]], None],
+        on_event: Callable[[Unscheduled], None],
+    ) -> None:
+        """Every ``set_objects`` is delivered as a fresh list (``on_event`` is never called)."""
+        on_list(self._unscheduled())
+        self._unscheduled_watchers.append(on_list)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            self._unscheduled_watchers.remove(on_list)

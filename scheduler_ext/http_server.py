@@ -7,6 +7,9 @@
   ``GET /api/v1/reservations`` — the open reservations;
   ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod;
   ``GET /api/v1/history`` — each node's recent avail and reserved (``history``).
+* ``POST /repack`` — compute a repacking plan now (optional body ``{"time_limit": s,
+  "dry_run": bool}``); ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
+  ``GET /api/v1/repack`` — the repacker's mode and trigger state (``repack.service``).
 * ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
 
@@ -21,13 +24,22 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
 
 from carico.http_ops import add_ops_routes
+from scheduler_ext.repack.service import (
+    MAX_REQUEST_BYTES,
+    TRIGGER_HTTP,
+    RunInProgress,
+    parse_run_request,
+)
 from scheduler_ext.service import BadRequest, ExtenderService
+
+if TYPE_CHECKING:
+    from scheduler_ext.repack.service import RepackService
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +66,7 @@ def build_app(
     *,
     prefix: str = DEFAULT_PREFIX,
     max_body: int = DEFAULT_MAX_BODY,
+    repack: RepackService | None = None,
 ) -> web.Application:
     app = web.Application(client_max_size=max_body)
     prefix = normalise_prefix(prefix)
@@ -90,6 +103,8 @@ def build_app(
     for verb in SYNC_VERBS:
         app.router.add_post(f"{prefix}/{verb}", verb_handler(verb, getattr(service, verb)))
     app.router.add_post(f"{prefix}/bind", verb_handler("bind", service.bind))
+    # before the catch-all of unknown verbs, which an empty prefix would stretch over /repack
+    add_repack_routes(app, repack)
 
     async def unknown_verb(request: web.Request) -> web.Response:
         verb = request.match_info["verb"]
@@ -147,6 +162,58 @@ def build_app(
     app.router.add_static("/static/", STATIC)
     add_ops_routes(app, service.metrics.registry, service.readiness.reason)
     return app
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=msgspec.json.encode(body), content_type=JSON)
+
+
+def add_repack_routes(app: web.Application, repack: RepackService | None) -> None:
+    """``POST /repack`` and the repack API; 404 with a reason when repacking is off."""
+    off = "repacking is off in this extender (--repack-mode off)"
+
+    async def run_now(request: web.Request) -> web.Response:
+        if repack is None:
+            return _error(404, off)
+        if (request.content_length or 0) > MAX_REQUEST_BYTES:
+            return _error(413, f"request body larger than the limit of {MAX_REQUEST_BYTES} bytes")
+        body = await request.content.read(MAX_REQUEST_BYTES + 1)
+        try:
+            ask = parse_run_request(body, repack.settings.max_time_limit)
+        except ValueError as exc:
+            status = 413 if len(body) > MAX_REQUEST_BYTES else 400
+            return _error(status, f"repack: {exc}")
+        try:
+            record = await repack.run(TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run)
+        except RunInProgress as exc:
+            return _error(409, f"repack: {exc}; retry when it has finished")
+        assert record is not None  # only automatic runs skip an unchanged state
+        if record.plan is None:
+            return _json({"Error": f"repack: {record.error}", "run": record.to_dict()}, 500)
+        return _json(record.to_dict())
+
+    async def plans(request: web.Request) -> web.Response:
+        if repack is None:
+            return _error(404, off)
+        raw = request.query.get("limit")
+        limit = None
+        if raw is not None:
+            try:
+                limit = int(raw)
+            except ValueError:
+                limit = -1
+            if limit < 1:
+                return _error(400, "limit must be a positive integer")
+        return _json(repack.plans(limit))
+
+    async def state(_: web.Request) -> web.Response:
+        if repack is None:
+            return _error(404, off)
+        return _json(repack.status())
+
+    app.router.add_post("/repack", run_now)
+    app.router.add_get("/api/v1/repack/plans", plans)
+    app.router.add_get("/api/v1/repack", state)
 
 
 def nodes_view(service: ExtenderService) -> list[dict[str, Any]]:

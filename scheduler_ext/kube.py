@@ -14,11 +14,11 @@ Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodS
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -26,10 +26,12 @@ from scheduler_ext import wire
 from scheduler_ext.cluster import BindError, Evicted, EvictionReply, OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
+from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 log = logging.getLogger(__name__)
 
 BOUND_PENDING = "status.phase=Pending,spec.nodeName!="
+UNBOUND_PENDING = "status.phase=Pending,spec.nodeName="  # what the repack trigger watches
 WATCH_TIMEOUT_SECONDS = 300  # the server ends each watch after this; we resume from its last rv
 RETRY_SECONDS = 2.0
 
@@ -56,6 +58,10 @@ class ApiStatus(msgspec.Struct):
     reason: str = ""
     code: int = 0
 
+
+T = TypeVar("T")
+# (parse a raw list response into items and its resourceVersion, parse a raw watch event)
+PodParsers = tuple[Callable[[bytes], tuple[list[T], str]], Callable[[dict[str, Any]], T | None]]
 
 _decode_list = msgspec.json.Decoder(ApiPodList).decode
 _decode_status = msgspec.json.Decoder(ApiStatus).decode
@@ -94,6 +100,46 @@ def parse_watch_event(event: dict[str, Any]) -> PodState | None:
     return pod_state(pod, deleted=kind == "DELETED")
 
 
+def parse_unscheduled_list(body: bytes) -> tuple[list[Unscheduled], str]:
+    """The unbound pods and resourceVersion of a raw PodList response."""
+    parsed = msgspec.json.decode(body)
+    items = parsed.get("items") or []
+    version = str((parsed.get("metadata") or {}).get("resourceVersion") or "")
+    return [unscheduled_from_object(p) for p in items if isinstance(p, dict)], version
+
+
+def parse_unscheduled_event(event: dict[str, Any]) -> Unscheduled | None:
+    kind = event.get("type")
+    if kind not in ("ADDED", "MODIFIED", "DELETED"):
+        return None
+    return unscheduled_from_object(event_object(event), deleted=kind == "DELETED")
+
+
+def fetch_cluster_lists(api_client: Any) -> list[bytes]:
+    """Nodes, pods (all namespaces) and PodDisruptionBudgets as raw JSON list responses.
+
+    Raw bytes, not the client's models: the repacker parses them with the same code that reads a
+    ``kubectl get nodes,pods,pdb -A -o json`` dump, in its own process.
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    policy = client.PolicyV1Api(api_client)
+    calls = (
+        core.list_node,
+        core.list_pod_for_all_namespaces,
+        policy.list_pod_disruption_budget_for_all_namespaces,
+    )
+    out: list[bytes] = []
+    for call in calls:
+        resp: Any = call(_preload_content=False)
+        try:
+            out.append(bytes(resp.data))
+        finally:
+            resp.release_conn()
+    return out
+
+
 def api_error_message(exc: Exception) -> str:
     """The API server's own message from an ApiException, else the exception text."""
     status = getattr(exc, "status", None)
@@ -124,11 +170,10 @@ class KubernetesCluster:
         # One connection per worker, so parallel binds do not queue on urllib3's pool of 4.
         configuration.connection_pool_maxsize = workers
         self._client = client
-        api_client = client.ApiClient(configuration)
-        self._api = client.CoreV1Api(api_client)
-        self._policy = client.PolicyV1Api(api_client)
+        self._api = client.CoreV1Api(client.ApiClient(configuration))
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
         self._stop = threading.Event()
+        self._watch_stops: list[threading.Event] = []
 
     # -- bind ------------------------------------------------------------------------------
 
@@ -158,7 +203,7 @@ class KubernetesCluster:
             self._pool, self._bind_sync, pod.namespace, pod.name, pod.uid, node
         )
 
-    # -- repack: evictions and the objects a plan is checked against -----------------------
+    # -- repack apply mode: evictions ------------------------------------------------------
 
     def _evict_sync(self, namespace: str, name: str, uid: str) -> EvictionReply:
         c = self._client
@@ -189,61 +234,48 @@ class KubernetesCluster:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._evict_sync, namespace, name, uid)
 
-    def _list_objects_sync(self) -> dict[str, Any]:
-        items: list[dict[str, Any]] = []
-        for kind, call in (
-            ("Node", self._api.list_node),
-            ("Pod", self._api.list_pod_for_all_namespaces),
-            ("PodDisruptionBudget", self._policy.list_pod_disruption_budget_for_all_namespaces),
-        ):
-            resp: Any = call(_preload_content=False)
-            try:
-                listed = json.loads(resp.data)
-            finally:
-                resp.release_conn()
-            for item in listed.get("items") or []:
-                item["kind"] = kind  # list items carry no kind of their own
-                items.append(item)
-        return {"apiVersion": "v1", "kind": "List", "items": items}
-
-    async def list_objects(self) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._list_objects_sync)
-
     # -- watch -----------------------------------------------------------------------------
 
-    def _list_sync(self) -> tuple[list[PodState], str]:
+    def _list_sync(self, selector: str = BOUND_PENDING) -> Any:
         resp: Any = self._api.list_pod_for_all_namespaces(
-            field_selector=BOUND_PENDING, _preload_content=False
+            field_selector=selector, _preload_content=False
         )
         try:
-            return parse_pod_list(resp.data)
+            return resp.data
         finally:
             resp.release_conn()
 
     def _watch_thread(
-        self, loop: asyncio.AbstractEventLoop, on_list: OnList, on_event: OnEvent
+        self,
+        loop: asyncio.AbstractEventLoop,
+        on_list: Callable[[list[Any]], None],
+        on_event: Callable[[Any], None],
+        selector: str = BOUND_PENDING,
+        parse: PodParsers[Any] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         from kubernetes import watch
 
-        while not self._stop.is_set():
+        parse_list, parse_event = parse or (parse_pod_list, parse_watch_event)
+        stopped = stop or self._stop
+        while not stopped.is_set():
             try:
-                pods, version = self._list_sync()
+                pods, version = parse_list(self._list_sync(selector))
                 loop.call_soon_threadsafe(on_list, pods)
-                while not self._stop.is_set():
+                while not stopped.is_set():
                     w = watch.Watch()
                     for event in w.stream(
                         self._api.list_pod_for_all_namespaces,
-                        field_selector=BOUND_PENDING,
+                        field_selector=selector,
                         resource_version=version,
                         allow_watch_bookmarks=True,
                         timeout_seconds=WATCH_TIMEOUT_SECONDS,
                         deserialize=False,
                     ):
-                        if self._stop.is_set():
+                        if stopped.is_set():
                             w.stop()
                             break
-                        state = parse_watch_event(event)
+                        state = parse_event(event)
                         if state is not None:
                             loop.call_soon_threadsafe(on_event, state)
                         meta = event_object(event).get("metadata") or {}
@@ -251,7 +283,7 @@ class KubernetesCluster:
             except Exception as exc:
                 # 410 Gone (history compacted) and connection failures alike: relist, since
                 # events may have been missed; reconcile() repairs the ledger from the list.
-                if self._stop.is_set():
+                if stopped.is_set():
                     return
                 if isinstance(exc, KeyError):
                     # The client's own ERROR-event branch (410 Gone) expects a key that
@@ -259,19 +291,52 @@ class KubernetesCluster:
                     log.info("pod watch got an error event (history expired?), relisting")
                 else:
                     log.warning("pod watch failed, relisting: %s", exc)
-                self._stop.wait(RETRY_SECONDS)
+                stopped.wait(RETRY_SECONDS)
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
+        await self._run_watch("pod-watch", on_list, on_event, BOUND_PENDING, None)
+
+    async def _run_watch(
+        self,
+        name: str,
+        on_list: Callable[[list[T]], None],
+        on_event: Callable[[T], None],
+        selector: str,
+        parse: PodParsers[T] | None,
+    ) -> None:
         loop = asyncio.get_running_loop()
+        stop = threading.Event()  # one per watch, so ending one leaves the others running
+        self._watch_stops.append(stop)
         thread = threading.Thread(
-            target=self._watch_thread, args=(loop, on_list, on_event), daemon=True, name="pod-watch"
+            target=self._watch_thread,
+            args=(loop, on_list, on_event, selector, parse, stop),
+            daemon=True,
+            name=name,
         )
         thread.start()
         try:
             await asyncio.Event().wait()
         finally:
-            self._stop.set()
+            stop.set()
+
+    # -- repacking: the unbound pods and the whole cluster -------------------------------
+
+    async def run_unscheduled_watch(
+        self,
+        on_list: Callable[[list[Unscheduled]], None],
+        on_event: Callable[[Unscheduled], None],
+    ) -> None:
+        """List, then watch unbound Pending pods (the repack trigger's feed) until cancelled."""
+        parsers = (parse_unscheduled_list, parse_unscheduled_event)
+        await self._run_watch("unscheduled-watch", on_list, on_event, UNBOUND_PENDING, parsers)
+
+    async def list_for_repack(self) -> list[bytes]:
+        """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, fetch_cluster_lists, self._api.api_client)
 
     async def close(self) -> None:
         self._stop.set()
+        for stop in self._watch_stops:
+            stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,9 +1,12 @@
-"""``carico repack``: compute a repacking plan offline from a cluster dump.
+"""``carico repack``: compute a repacking plan from a cluster dump or a live cluster.
 
 ``kubectl get nodes,pods,poddisruptionbudgets -A -o json > cluster.json`` then
-``carico repack --from-file cluster.json``. The plan is printed (a table, or one JSON object with
-``--output json``); nothing is changed anywhere. Exit status: 0 when a plan or a definite "no
-improvement" was produced, 1 when solving failed (ERROR, INFEASIBLE), 2 on unreadable input.
+``carico repack --from-file cluster.json``; or ``carico repack --kubeconfig PATH [--context C]``,
+which lists the same objects from the API server and parses them with the same code
+(``live.merge_lists``). The plan is printed (a table, or one JSON object with ``--output json``);
+nothing is changed anywhere — executing plans is the extender's job in apply mode. Exit status: 0
+when a plan or a definite "no improvement" was produced, 1 when solving failed (ERROR,
+INFEASIBLE), 2 on unreadable input or an unreachable cluster.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import json
 import sys
 from typing import Any, TextIO
 
+from scheduler_ext.repack.live import merge_lists, only_pending_of
 from scheduler_ext.repack.model import FORMULATIONS
 from scheduler_ext.repack.plan import Plan, to_dict
 from scheduler_ext.repack.snapshot import DEFAULT_EXCLUDED_NAMESPACES, SnapshotError, parse_list
@@ -20,11 +24,27 @@ from scheduler_ext.repack.solver import SolveOptions, solve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--from-file",
-        required=True,
         metavar="FILE",
         help="output of `kubectl get nodes,pods,poddisruptionbudgets -A -o json` ('-' = stdin)",
+    )
+    source.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        help="list nodes, pods and PDBs from the cluster of this kubeconfig (read only)",
+    )
+    parser.add_argument(
+        "--context", help="kubeconfig context to use (with --kubeconfig; default: current)"
+    )
+    parser.add_argument(
+        "--scheduler",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="repack only for pending pods of this spec.schedulerName (repeatable; default: "
+        "every pending pod)",
     )
     parser.add_argument(
         "--time-limit", type=float, default=10.0, metavar="SECONDS", help="total solve time"
@@ -84,9 +104,38 @@ def render_table(plan: Plan, out: TextIO) -> None:
             )
 
 
-def run(args: argparse.Namespace) -> int:
+def _list_cluster(kubeconfig: str, context: str | None) -> dict[str, Any]:
+    from kubernetes import config
+
+    from scheduler_ext.kube import fetch_cluster_lists
+
     try:
-        document = _read(args.from_file)
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+    except (config.ConfigException, OSError) as exc:
+        raise ValueError(f"cannot load {kubeconfig}: {exc}") from exc
+    try:
+        return merge_lists(fetch_cluster_lists(api_client))
+    except (SnapshotError, OSError, ValueError):
+        raise
+    except Exception as exc:  # ApiException, urllib3 connection errors
+        from scheduler_ext.kube import api_error_message
+
+        raise ValueError(f"cannot list the cluster: {api_error_message(exc)}") from exc
+    finally:
+        api_client.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.context and not args.kubeconfig:
+        print("carico repack: --context needs --kubeconfig", file=sys.stderr)
+        return 2
+    try:
+        if args.kubeconfig:
+            document = _list_cluster(args.kubeconfig, args.context)
+        else:
+            document = _read(args.from_file)
+        if args.scheduler and isinstance(document, dict):
+            document = only_pending_of(document, args.scheduler)
         excluded = (
             DEFAULT_EXCLUDED_NAMESPACES
             if args.exclude_namespace is None

@@ -2,8 +2,9 @@
 
 ``PlanExecutor.run`` walks the plan's sequenced steps one at a time:
 
-1. read the live objects (``Cluster.list_objects``) and re-check the step (``recheck.drift``): the
-   pod is still the planned one on the planned node and may still be moved (defence in depth:
+1. read the live objects (``list_for_repack``, merged by ``live.merge_lists``) and re-check the
+   step (``recheck.drift``): the pod is still the planned one on the planned node and may still
+   be moved (defence in depth:
    ``carico.io/do-not-move``, DaemonSet, static/mirror and bare pods are refused even though the
    snapshot already excludes them), and the target still exists, accepts the pod and has room;
 2. for ``move`` / ``evict-first`` open a *replacement* slot on the target (the controller's new
@@ -36,12 +37,15 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
-from scheduler_ext.cluster import Cluster, Evicted
+from scheduler_ext.cluster import Evicted, EvictionReply
 from scheduler_ext.repack import recheck
+from scheduler_ext.repack.live import merge_lists
 from scheduler_ext.repack.plan import Plan, Step
 from scheduler_ext.repack.recheck import LiveView, live_view
-from scheduler_ext.repack.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod
+from scheduler_ext.repack.service import ExecutionReport
+from scheduler_ext.repack.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod, Snapshot
 from scheduler_ext.slots import SlotEnd, SlotKind, SlotTable
 
 log = logging.getLogger(__name__)
@@ -95,6 +99,15 @@ def backoff_delay(initial: float, maximum: float, failures: int) -> float:
     return float(min(maximum, initial * 2 ** min(failures, 32)))
 
 
+@runtime_checkable
+class ApplyCluster(Protocol):
+    """What apply mode needs of a cluster (``KubernetesCluster``, ``InMemoryCluster``)."""
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply: ...
+
+    async def list_for_repack(self) -> list[bytes]: ...
+
+
 Sleep = Callable[[float], Awaitable[None]]
 OnOutcome = Callable[[str], None]
 
@@ -102,7 +115,7 @@ OnOutcome = Callable[[str], None]
 class PlanExecutor:
     def __init__(
         self,
-        cluster: Cluster,
+        cluster: ApplyCluster,
         slots: SlotTable,
         options: ExecutorOptions = ExecutorOptions(),
         *,
@@ -123,16 +136,32 @@ class PlanExecutor:
         self._ids = itertools.count(1)
 
     async def _live(self) -> LiveView:
-        return live_view(await self.cluster.list_objects(), self.excluded)
+        return live_view(merge_lists(await self.cluster.list_for_repack()), self.excluded)
 
-    async def run(self, plan: Plan, plan_id: str | None = None) -> Execution:
-        """Execute ``plan``; never raises for a plan that cannot go on (the record says why)."""
+    async def run(self, plan: Plan, snapshot: Snapshot) -> ExecutionReport:
+        """The ``repack.service.PlanRunner`` seam: execute, and report how it ended."""
+        ex = await self.execute(plan, snapshot=snapshot)
+        return ExecutionReport(
+            ex.outcome,
+            ex.reason,
+            ex.steps_done,
+            ex.steps_total,
+            {"plan_id": ex.plan_id, "events": list(ex.events)},
+        )
+
+    async def execute(
+        self, plan: Plan, plan_id: str | None = None, snapshot: Snapshot | None = None
+    ) -> Execution:
+        """Execute ``plan``; never raises for a plan that cannot go on (the record says why).
+
+        ``snapshot`` is what the plan was computed from: its pods are the planned ones (their
+        requests and class); without it the live state at the start stands in."""
         async with self._lock:  # one plan at a time: two would fight over the same room
             pid = plan_id or f"plan-{int(self.wall())}-{next(self._ids)}"
             ex = Execution(pid, len(plan.steps), self.wall())
             self.recent.append(ex)
             try:
-                await self._run(plan, ex)
+                await self._run(plan, ex, snapshot)
                 ex.outcome = COMPLETED
             except Aborted as exc:
                 ex.outcome, ex.reason = ABORTED, str(exc)
@@ -161,10 +190,11 @@ class PlanExecutor:
                     self.on_outcome(ex.outcome)
             return ex
 
-    async def _run(self, plan: Plan, ex: Execution) -> None:
+    async def _run(self, plan: Plan, ex: Execution, snapshot: Snapshot | None) -> None:
         start = self.clock()
         deadline = start + self.options.plan_timeout
         live = await self._live()
+        as_planned = {p.key: p for p in snapshot.pods} if snapshot is not None else {}
         planned: dict[str, Pod] = {}
         uids: dict[str, str] = {}
         owners: dict[str, str] = {}
@@ -172,8 +202,8 @@ class PlanExecutor:
             pod = live.pods.get(step.pod)
             if pod is None:
                 raise Aborted(f"drift before the first step: pod {step.pod} is gone")
-            planned[step.pod] = pod
-            uids[step.pod] = plan.uids.get(step.pod) or pod.uid
+            planned[step.pod] = as_planned.get(step.pod, pod)
+            uids[step.pod] = plan.uids.get(step.pod) or planned[step.pod].uid or pod.uid
             owners[step.pod] = live.owner_uid.get(step.pod, "")
             if step.action in recheck.EVICTING and pod.immovable in recheck.NEVER_MOVE:
                 raise Aborted(f"pod {step.pod} must not be moved ({pod.immovable})")

@@ -1,11 +1,12 @@
 """What the executor decides from the live cluster state, before and after each plan step.
 
-Pure: a ``LiveView`` is built from one ``Cluster.list_objects`` answer (the same ``List`` form
-that ``snapshot.parse_list`` reads), and the functions here say whether a step may still run
-(``drift``: the planned pod is where the plan expects it, still allowed to move, and the target
-still has room and accepts it) and whether a step is done (``landed``: the pod the step waits
-for is bound to its planned node). No I/O and no clock. Neighbours: ``executor`` (the async
-runner that calls these), ``snapshot`` (parsing), ``eligibility`` (node constraints).
+Pure: a ``LiveView`` is built from the live objects as one ``List`` (``live.merge_lists`` of
+what ``list_for_repack`` returns; the form ``snapshot.parse_list`` reads). The functions here say
+whether a step may still run (``drift``: the planned pod is where the plan expects it and still
+allowed to move; the target still has room and accepts it) and whether a step is done
+(``landed``: the pod the step waits for is bound to its planned node). No I/O and no clock.
+Neighbours: ``executor`` (the async runner that calls these), ``snapshot`` (parsing),
+``eligibility`` (node constraints).
 """
 
 from __future__ import annotations

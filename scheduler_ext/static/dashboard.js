@@ -3,7 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 1500;
-const REPACK_MS = 10000;
+const REPACK_MS = 3000;
 const CHART_MAX_SECONDS = 600; // the extender keeps ten minutes
 const CHART_MIN_SECONDS = 60;
 let policy = { stale_policy: "fail-open", stale_after_seconds: null };
@@ -185,14 +185,69 @@ async function refresh() {
   }
 }
 
+const PLAN_BADGE = { OPTIMAL: "ok", FEASIBLE: "ok", INFEASIBLE: "warn", ERROR: "bad" };
+
+function repackState(s) {
+  const parts = [`mode ${s.mode}`, `${s.unschedulable} pod(s) unschedulable`,
+    `${s.stuck.length} past the ${s.debounce_seconds} s debounce`,
+    `cooldown ${s.cooldown_seconds} s`, `time limit ${s.time_limit_seconds} s`];
+  if (s.in_progress) parts.push(`${s.in_progress}…`);
+  return parts.join(" · ");
+}
+
+function execution(p) {
+  if (p.execution) {
+    const e = p.execution;
+    return e.reason ? `${e.state}: ${e.reason}` : e.state;
+  }
+  return p.mode === "dry-run" ? "not executed (dry-run)" : "–";
+}
+
+function planRow(p) {
+  const plan = p.plan || {};
+  const count = (key) => (plan[key] ? String(plan[key].length) : "–");
+  const why = p.error || plan.message || "";
+  return el("tr", { "data-plan": String(p.id) },
+    el("td", { class: "when" }, new Date(p.timestamp * 1000).toLocaleTimeString()),
+    el("td", { class: "trigger" }, p.trigger),
+    el("td", { class: "status" }, badge(p.status, PLAN_BADGE[p.status] || "", why)),
+    el("td", { class: "moves" }, count("moves")),
+    el("td", { class: "placements" }, count("placements")),
+    el("td", { class: "evictions" }, count("evictions")),
+    el("td", { class: "solve" }, plan.solve_seconds === undefined ? "–"
+      : `${num(plan.solve_seconds, 2)} s`),
+    el("td", { class: "execution" }, execution(p)));
+}
+
+function planSteps(p) {
+  const plan = p.plan;
+  if (!plan) return el("p", { class: "note" }, `#${p.id}: ${p.error}`);
+  if (!plan.steps.length) {
+    return el("p", { class: "note" }, `#${p.id}: ${plan.message || "nothing to do"}`);
+  }
+  return el("div", { class: "steps" },
+    el("p", { class: "note" }, `#${p.id} (${p.mode}) steps, in order:`),
+    el("ol", {}, ...plan.steps.map((s) => el("li", {},
+      `${s.action} ${s.pod}: ${s.from || "(pending)"} → ${s.to || "(gone)"}`))));
+}
+
 async function refreshRepack() {
   const box = document.getElementById("repack");
   try {
-    const plans = await getJSON("api/v1/repack/plans");
-    if (!plans.length) { box.textContent = "no repack plan yet"; return; }
+    const [state, plans] = await Promise.all([
+      getJSON("api/v1/repack"), getJSON("api/v1/repack/plans?limit=8")]);
     box.className = "";
-    box.replaceChildren(...plans.slice(-5).reverse().map((p) =>
-      el("pre", {}, JSON.stringify(p, null, 1))));
+    const parts = [el("p", { class: "note", id: "repack-state" }, repackState(state))];
+    if (!plans.length) {
+      parts.push(el("p", { class: "note" }, "no repack plan yet"));
+    } else {
+      parts.push(el("table", { id: "repack-plans" },
+        el("thead", {}, el("tr", {}, ...["when", "trigger", "status", "moves", "placements",
+          "evictions", "solve", "execution"].map((h) => el("th", {}, h)))),
+        el("tbody", {}, ...plans.map(planRow))));
+      parts.push(planSteps(plans[0]));
+    }
+    box.replaceChildren(...parts);
   } catch (err) {
     box.className = "note";
     box.textContent = err.status === 404 ? "repacker not connected"

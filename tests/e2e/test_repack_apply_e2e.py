@@ -31,6 +31,7 @@ from kubernetes.client.rest import ApiException
 
 from carico.schedconfig import CARICO_PROFILE, ExtenderConfig
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
+from scheduler_ext.repack.live import merge_lists
 from scheduler_ext.repack.plan import Plan
 from scheduler_ext.repack.snapshot import parse_list, parse_resource_quantity
 from scheduler_ext.repack.solver import SolveOptions, solve
@@ -133,7 +134,8 @@ class Bed:
 
     def plan(self, ext: InProcessExtender) -> Plan:
         """A plan computed from the live objects of this pool and namespace."""
-        document = ext.call(lambda: ext.svc.cluster.list_objects())
+        raws = ext.call(lambda: ext.svc.cluster.list_for_repack())  # type: ignore[attr-defined]
+        document = merge_lists(raws)
         pool = set(self.nodes.values())
         items = [
             i
@@ -246,7 +248,7 @@ def test_fragmentation_example_ends_with_the_pending_pod_running(
         plan = b.plan(ext)
         assert {s.action for s in plan.steps} >= {"move", "place"}
         run = executor(ext)
-        ex = ext.call(lambda: run.run(plan))
+        ex = ext.call(lambda: run.execute(plan))
         assert ex.outcome == COMPLETED, (ex.reason, ex.events)
         wait_for(
             lambda: (p := b.pod_of("rs-new")) is not None and p.status.phase == "Running",
@@ -293,7 +295,7 @@ def test_pod_protected_by_its_pdb_is_not_moved(
     plan = b.plan(ext)
     assert all(plan.owners.get(s.pod) != moved_app for s in plan.steps)
     run = executor(ext)
-    ex = ext.call(lambda: run.run(plan))
+    ex = ext.call(lambda: run.execute(plan))
     assert ex.outcome == COMPLETED, (ex.reason, ex.events)
     after = b.pod_of(app)
     assert after.metadata.uid == protected.metadata.uid
@@ -328,7 +330,7 @@ def test_eviction_refused_by_a_budget_aborts_and_leaves_no_slot(
         plan_timeout=120, step_timeout=60, blocked_timeout=12, poll_seconds=0.5, backoff_max=2
     )
     run = executor(ext, options)
-    task = asyncio.run_coroutine_threadsafe(run.run(plan), ext.loop)
+    task = asyncio.run_coroutine_threadsafe(run.execute(plan), ext.loop)
     # While paused, the plan holds its slots: the pending pod's and the replacement's.
     wait_for(
         lambda: ext.metric("carico_repack_plan_slots_open") == 2,

@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
+from scheduler_ext.repack.live import merge_lists
 from scheduler_ext.repack.plan import Plan, Step, outcome
 from scheduler_ext.repack.recheck import live_view
 from scheduler_ext.repack.snapshot import parse_list
@@ -65,6 +66,10 @@ def pod_obj(
     }
 
 
+async def document(cluster: InMemoryCluster) -> dict[str, Any]:
+    return merge_lists(await cluster.list_for_repack())
+
+
 def fragmented_cluster() -> InMemoryCluster:
     """The fragmentation article's example (three nodes of 1000m / 2 GB, nine ReplicaSet pods,
     a pending 300m / 600 MB pod that fits no node although 600m / 1200 MB are free in total)."""
@@ -78,7 +83,7 @@ def fragmented_cluster() -> InMemoryCluster:
 
 
 async def plan_for(cluster: InMemoryCluster) -> Plan:
-    plan = solve(parse_list(await cluster.list_objects()), SolveOptions(time_limit=10, workers=1))
+    plan = solve(parse_list(await document(cluster)), SolveOptions(time_limit=10, workers=1))
     assert plan.status == "OPTIMAL", plan.message
     return plan
 
@@ -104,7 +109,7 @@ class FakeScheduler:
 
     def _audit(self) -> None:
         # Every pod event: no node may be over its allocatable at any moment.
-        document = {"items": list(self.cluster.objects.values())}
+        document = {"items": list(self.cluster.objects["items"])}
         self.overloads += overloaded(self.cluster, document)
 
     def filter(self, obj: dict[str, Any], names: list[str]) -> dict[str, Any]:
@@ -117,7 +122,7 @@ class FakeScheduler:
         for key, state in list(self.cluster.pods.items()):
             if state.node and state.phase == "Pending":
                 self.cluster.set_phase(key, "Running")  # the kubelet starts it
-        view = live_view(await self.cluster.list_objects())
+        view = live_view(await document(self.cluster))
         for key, pod in view.pods.items():
             if pod.node is not None:
                 continue
@@ -131,7 +136,7 @@ class FakeScheduler:
             ]
             if not fits:
                 continue
-            reply = self.filter(self.cluster.objects[f"Pod/{key}"], fits)
+            reply = self.filter(self.cluster.object("Pod", key), fits)
             if reply["NodeNames"]:
                 ns, name = key.split("/")
                 bind = {"PodName": name, "PodNamespace": ns, "PodUID": pod.uid}
@@ -192,7 +197,7 @@ async def run_with_scheduler(
     sched = FakeScheduler(service, cluster)
     task = asyncio.create_task(sched.run())
     try:
-        ex = await asyncio.wait_for(executor.run(plan), 60)
+        ex = await asyncio.wait_for(executor.execute(plan), 60)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -221,7 +226,7 @@ async def test_fragmentation_example_completes_without_overloading_a_node() -> N
     assert service.slots.open_count() == 0 and slots_gauge(service) == 0
     assert service.table.reserved_counts() == {}
     assert executions(service, COMPLETED) == 1
-    after = parse_list(await cluster.list_objects())
+    after = parse_list(await document(cluster))
     assert outcome(after).placed_by_priority == plan.after.placed_by_priority
 
 
@@ -241,7 +246,7 @@ async def test_pdb_that_allows_no_disruption_pauses_then_aborts() -> None:
     service = ExtenderService(cluster)
     plan = await plan_for(cluster)
     moved = plan.steps[0].pod
-    app = cluster.objects[f"Pod/{moved}"]["metadata"]["labels"]["app"]
+    app = cluster.object("Pod", moved)["metadata"]["labels"]["app"]
     # The budget appears after the plan was made: the Eviction API is the authority.
     cluster.add_object(
         {
@@ -253,7 +258,7 @@ async def test_pdb_that_allows_no_disruption_pauses_then_aborts() -> None:
     t = FakeTime()
     options = ExecutorOptions(blocked_timeout=30, backoff_initial=1, backoff_max=8)
     executor = executor_for(service, cluster, options, clock=t.clock, sleep=t.sleep)
-    ex = await executor.run(plan)
+    ex = await executor.execute(plan)
     assert ex.outcome == ABORTED
     assert "eviction refused until the deadline" in ex.reason and "disruption budget" in ex.reason
     # Backoff 1, 2, 4, 8, 8 s: five pauses fit in the 30 s budget before the deadline passes.
@@ -272,7 +277,7 @@ async def test_drift_before_a_step_aborts_without_evicting() -> None:
     assert target is not None
     # Someone else fills the target before the move: no room left for the planned pod.
     cluster.add_object(pod_obj("intruder", "400m", "100M", target, "rs-other"))
-    ex = await executor_for(service, cluster).run(plan)
+    ex = await executor_for(service, cluster).execute(plan)
     assert ex.outcome == ABORTED
     assert f"node {target} has no room" in ex.reason
     assert cluster.evictions == []
@@ -284,12 +289,12 @@ async def test_planned_pod_deleted_aborts_and_releases_the_pending_slot() -> Non
     service = ExtenderService(cluster)
     plan = await plan_for(cluster)
     cluster.delete_pod(plan.steps[0].pod)
-    ex = await executor_for(service, cluster).run(plan)
+    ex = await executor_for(service, cluster).execute(plan)
     assert ex.outcome == ABORTED and "is gone" in ex.reason
     assert service.slots.open_count() == 0
     # The pending pod is no longer steered: the filter answers from capacity again.
     reply = FakeScheduler(service, cluster).filter(
-        cluster.objects["Pod/default/pending"], ["node-a", "node-b", "node-c"]
+        cluster.object("Pod", "default/pending"), ["node-a", "node-b", "node-c"]
     )
     assert reply["NodeNames"] == ["node-a", "node-b", "node-c"]
 
@@ -298,9 +303,9 @@ async def test_do_not_move_annotation_at_execution_refuses_the_plan() -> None:
     cluster = fragmented_cluster()
     service = ExtenderService(cluster)
     plan = await plan_for(cluster)
-    meta = cluster.objects[f"Pod/{plan.steps[0].pod}"]["metadata"]
+    meta = cluster.object("Pod", plan.steps[0].pod)["metadata"]
     meta["annotations"]["carico.io/do-not-move"] = "true"
-    ex = await executor_for(service, cluster).run(plan)
+    ex = await executor_for(service, cluster).execute(plan)
     assert ex.outcome == ABORTED and "must not be moved (do-not-move)" in ex.reason
     assert cluster.evictions == [] and service.slots.open_count() == 0
 
@@ -311,7 +316,7 @@ async def test_replacement_never_bound_times_out_and_leaves_no_slot() -> None:
     plan = await plan_for(cluster)
     t = FakeTime()
     options = ExecutorOptions(step_timeout=20, poll_seconds=1)
-    ex = await executor_for(service, cluster, options, clock=t.clock, sleep=t.sleep).run(plan)
+    ex = await executor_for(service, cluster, options, clock=t.clock, sleep=t.sleep).execute(plan)
     # No scheduler runs: the eviction happens, the replacement stays pending, the step times out.
     assert ex.outcome == ABORTED and ex.reason.startswith("step timeout (20s)")
     assert cluster.evictions == [plan.steps[0].pod]
@@ -319,7 +324,7 @@ async def test_replacement_never_bound_times_out_and_leaves_no_slot() -> None:
     assert service.table.reserved_counts() == {}
     replacement = next(k for k, p in cluster.pods.items() if not p.node and "-r" in k)
     reply = FakeScheduler(service, cluster).filter(
-        cluster.objects[f"Pod/{replacement}"], ["node-a", "node-b", "node-c"]
+        cluster.object("Pod", replacement), ["node-a", "node-b", "node-c"]
     )
     assert reply["FailedNodes"] == {}
 
@@ -331,7 +336,7 @@ def test_slot_steers_only_matching_pods_and_bind_takes_over_its_unit() -> None:
     from scheduler_ext.repack.recheck import pod_signature
     from scheduler_ext.slots import SlotKind
 
-    view = live_view({"items": list(cluster.objects.values())})
+    view = live_view({"items": list(cluster.objects["items"])})
     model = view.pods["default/node-a-p2"]
     service.slots.open(
         "p1",
@@ -366,7 +371,7 @@ def test_slot_steers_only_matching_pods_and_bind_takes_over_its_unit() -> None:
 async def test_replacement_of_a_pod_evicted_for_good_is_held_until_the_plan_ends() -> None:
     cluster = fragmented_cluster()
     service = ExtenderService(cluster)
-    before = outcome(parse_list(await cluster.list_objects()))
+    before = outcome(parse_list(await document(cluster)))
     steps = (
         Step("evict", "default/node-c-p2", "node-c", None),
         Step("place", "default/pending", None, "node-c"),
@@ -380,11 +385,11 @@ async def test_replacement_of_a_pod_evicted_for_good_is_held_until_the_plan_ends
         # While the plan waits for the pending pod, the evicted pod's replacement asks to be
         # scheduled: the hold keeps it off every node, including the room it just left.
         replacement = next(k for k in cluster.pods if "-r" in k)
-        seen.append(sched.filter(cluster.objects[f"Pod/{replacement}"], ["node-c"]))
+        seen.append(sched.filter(cluster.object("Pod", replacement), ["node-c"]))
         await t.sleep(seconds)
 
     options = ExecutorOptions(step_timeout=5, poll_seconds=1)
-    ex = await executor_for(service, cluster, options, clock=t.clock, sleep=sleep).run(plan)
+    ex = await executor_for(service, cluster, options, clock=t.clock, sleep=sleep).execute(plan)
     assert ex.outcome == ABORTED and "no pod was bound to node-c" in ex.reason
     assert cluster.evictions == ["default/node-c-p2"]
     assert seen and all(r["NodeNames"] == [] for r in seen)
@@ -394,19 +399,17 @@ async def test_replacement_of_a_pod_evicted_for_good_is_held_until_the_plan_ends
     # The plan is over: the hold is gone with its other slots.
     assert service.slots.open_count() == 0 and service.table.reserved_counts() == {}
     replacement = next(k for k in cluster.pods if "-r" in k)
-    assert sched.filter(cluster.objects[f"Pod/{replacement}"], ["node-c"])["NodeNames"] == [
-        "node-c"
-    ]
+    assert sched.filter(cluster.object("Pod", replacement), ["node-c"])["NodeNames"] == ["node-c"]
 
 
 async def test_plan_evicting_a_pod_for_good_completes() -> None:
     cluster = fragmented_cluster()
     cluster.replace_evicted = False
     service = ExtenderService(cluster)
-    now = outcome(parse_list(await cluster.list_objects()))
+    now = outcome(parse_list(await document(cluster)))
     steps = (Step("evict", "default/node-c-p2", "node-c", None),)
     plan = Plan("FEASIBLE", False, 0.0, "classes", now, now, steps=steps)
-    ex = await executor_for(service, cluster).run(plan)
+    ex = await executor_for(service, cluster).execute(plan)
     assert ex.outcome == COMPLETED, ex.reason
     assert cluster.evictions == ["default/node-c-p2"] and "default/node-c-p2" not in cluster.pods
     assert service.slots.open_count() == 0
@@ -419,7 +422,7 @@ def test_failed_bind_into_a_slot_gives_the_slot_back() -> None:
     from scheduler_ext.slots import SlotKind
 
     slot = service.slots.open("p1", SlotKind.PENDING, "node-a", "uid-pending", 0.0)
-    assert sched.filter(cluster.objects["Pod/default/pending"], ["node-a", "node-b"])[
+    assert sched.filter(cluster.object("Pod", "default/pending"), ["node-a", "node-b"])[
         "NodeNames"
     ] == ["node-a"]
     cluster.fail_next_bind("the API said no")

@@ -1,0 +1,104 @@
+"""A live cluster as the repacker's input: raw API list responses to a checked plan.
+
+The extender and ``carico repack --kubeconfig`` read three lists from the API server (NodeList,
+PodList, PodDisruptionBudgetList) as raw JSON. Items of an API list carry no ``kind`` (kubectl adds
+it when it prints a ``List``), so ``merge_lists`` sets it from the list's kind and merges the three
+into the document ``snapshot.parse_list`` reads — one parser for dumps and live clusters.
+
+``compute`` is the unit of work the extender hands to its solver process: decoding, parsing and
+solving all happen there, so the extender's event loop (and its filter path) only moves bytes.
+It also fingerprints the snapshot, so that a state already solved is not solved again. Pure: no
+I/O; the clock is a parameter. Neighbours: ``service`` (calls it), ``snapshot``, ``solver``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler_ext.pods import DEFAULT_SCHEDULER
+from scheduler_ext.repack.plan import Plan
+from scheduler_ext.repack.snapshot import Snapshot, SnapshotError, parse_list
+from scheduler_ext.repack.solver import SolveOptions, solve
+
+
+def merge_lists(raws: Sequence[bytes | str]) -> dict[str, Any]:
+    """One kubectl-style ``List`` from API list responses (``NodeList``, ``PodList``, ...).
+
+    An item without ``kind`` gets the list's kind minus ``List``; a plain ``List`` (a kubectl
+    dump) is taken as it is.
+    """
+    items: list[Any] = []
+    for raw in raws:
+        try:
+            doc = json.loads(raw)
+        except ValueError as exc:
+            raise SnapshotError(f"an API list response is not JSON: {exc}") from exc
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("items"), list):
+            raise SnapshotError("an API list response has no 'items' array")
+        kind = str(doc.get("kind") or "")
+        item_kind = kind[: -len("List")] if kind.endswith("List") and kind != "List" else ""
+        for item in doc["items"]:
+            if item_kind and isinstance(item, Mapping) and not item.get("kind"):
+                item = {**item, "kind": item_kind}
+            items.append(item)
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def only_pending_of(document: Mapping[str, Any], schedulers: Iterable[str]) -> dict[str, Any]:
+    """Drop the unbound pods of other schedulers: Carico cannot steer where they land.
+
+    Bound pods of every scheduler stay, since they hold capacity. Empty ``schedulers``: keep all.
+    """
+    wanted = frozenset(schedulers)
+    if not wanted:
+        return dict(document)
+
+    def keep(item: Any) -> bool:
+        if not isinstance(item, Mapping) or item.get("kind") != "Pod":
+            return True
+        spec = item.get("spec") or {}
+        if spec.get("nodeName"):
+            return True
+        return (spec.get("schedulerName") or DEFAULT_SCHEDULER) in wanted
+
+    return {**document, "items": [i for i in document.get("items") or [] if keep(i)]}
+
+
+def fingerprint(snapshot: Snapshot) -> str:
+    """A digest of everything the solver sees: equal digests, equal plans."""
+    # Snapshot is a tree of frozen dataclasses, dicts and tuples: its repr is deterministic for
+    # the same API response order (the API server lists in key order).
+    return hashlib.sha256(repr(snapshot).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Computed:
+    """What ``compute`` found. ``snapshot`` and ``plan`` are None when the state was unchanged."""
+
+    fingerprint: str
+    snapshot: Snapshot | None
+    plan: Plan | None
+    pending: tuple[str, ...] = ()  # the pending pods the plan was computed for
+
+
+def compute(
+    raws: Sequence[bytes | str],
+    options: SolveOptions,
+    excluded_namespaces: Iterable[str],
+    managed_schedulers: Iterable[str] = (),
+    unless: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Computed:
+    """Merge, parse and solve; skip the solve when the snapshot's fingerprint is ``unless``."""
+    document = only_pending_of(merge_lists(raws), managed_schedulers)
+    snapshot = parse_list(document, excluded_namespaces)
+    digest = fingerprint(snapshot)
+    if digest == unless:
+        return Computed(digest, None, None)
+    pending = tuple(sorted(p.key for p in snapshot.pods if p.pending))
+    return Computed(digest, snapshot, solve(snapshot, options, clock), pending)
