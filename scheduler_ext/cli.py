@@ -172,6 +172,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="solve time budget of one repack run, seconds (POST /repack may ask for another)",
     )
+    # Apply mode's executor (scheduler_ext/repack/executor.py); defaults as ExecutorOptions.
+    for flag, default, what in (
+        ("--repack-plan-timeout", 600.0, "a whole plan may take in apply mode before it aborts"),
+        (
+            "--repack-step-timeout",
+            180.0,
+            "one step may take (eviction, pod gone, replacement bound)",
+        ),
+        ("--repack-blocked-timeout", 120.0, "evictions refused with 429 may pause one step"),
+    ):
+        add_env_argument(repack, flag, type=positive_float, default=default, help=f"seconds {what}")
 
     kube = parser.add_argument_group("cluster")
     add_env_flag(
@@ -233,14 +244,20 @@ def plan_runner(
     dry-run needs none). It evicts through ``cluster`` and steers pods with the service's slots."""
     if args.repack_mode != "apply":
         return None
-    from scheduler_ext.repack.executor import ApplyCluster, PlanExecutor
+    from scheduler_ext.repack.executor import ApplyCluster, ExecutorOptions, PlanExecutor
 
     if not isinstance(cluster, ApplyCluster):
         raise ValueError("this cluster cannot evict pods; --repack-mode apply needs one that can")
 
+    options = ExecutorOptions(
+        plan_timeout=args.repack_plan_timeout,
+        step_timeout=args.repack_step_timeout,
+        blocked_timeout=args.repack_blocked_timeout,
+    )
     return PlanExecutor(
         cluster,
         service.slots,
+        options,
         excluded_namespaces=service.settings.excluded_namespaces,
     )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 import kubernetes
 import pytest
 from e2e_controlplane import ControlPlane, wait_for
+from e2e_extender import CaricoFactory
 from e2e_inprocess_extender import InProcessExtender
 from fake_kubelet import FakeKubelet, NodeSpec
 from kubernetes.client.rest import ApiException
@@ -202,29 +204,35 @@ class LoadSampler:
 
 
 @pytest.fixture
-def bed(
-    control_plane: ControlPlane,
-    api_client: kubernetes.client.ApiClient,
-    fake_kubelet: FakeKubelet,
-    namespace: str,
-) -> Iterator[tuple[Bed, InProcessExtender]]:
+def pool(
+    api_client: kubernetes.client.ApiClient, fake_kubelet: FakeKubelet, namespace: str
+) -> Iterator[Bed]:
+    """This test's three 1000m / 2Gi nodes (a fake kubelet of their own), deleted afterwards."""
     b = Bed(api_client, namespace)
-    pool = FakeKubelet(
+    kubelet = FakeKubelet(
         api_client,
         [NodeSpec(n, cpu="1", memory="2Gi", labels={POOL: namespace}) for n in b.nodes.values()],
         heartbeat_s=2.0,
     )
-    pool.start()
+    kubelet.start()
+    try:
+        yield b
+    finally:
+        kubelet.stop(delete_nodes=True)
+        assert kubelet.errors == []
+
+
+@pytest.fixture
+def bed(control_plane: ControlPlane, pool: Bed) -> Iterator[tuple[Bed, InProcessExtender]]:
+    """The pool, and an in-process extender that kube-scheduler calls."""
     ext = InProcessExtender(Path(control_plane.kubeconfig))
     ext.start()
     control_plane.restart_scheduler([ExtenderConfig(ext.url_prefix, node_cache_capable=True)])
     try:
-        yield b, ext
+        yield pool, ext
     finally:
         control_plane.restart_scheduler([])
         ext.stop()
-        pool.stop(delete_nodes=True)
-        assert pool.errors == []
 
 
 def executor(ext: InProcessExtender, options: ExecutorOptions = OPTIONS) -> PlanExecutor:
@@ -351,3 +359,49 @@ def test_eviction_refused_by_a_budget_aborts_and_leaves_no_slot(
     # No slot steers the pending pod any more: every pool node passes the extender's filter.
     assert ext.filter(manifest, nodes)["NodeNames"] == nodes
     assert ext.svc.table.reserved_counts() == {}
+
+
+def test_apply_mode_of_the_extender_executes_its_own_plan(
+    carico: CaricoFactory, pool: Bed, api_client: kubernetes.client.ApiClient
+) -> None:
+    """The whole path in the real extender process: the Unschedulable trigger, the solve, the
+    ``--repack-mode apply`` executor, the slots in its filter, the plans API and /metrics."""
+    b = pool
+    ext, _ = carico(
+        "--repack-mode",
+        "apply",
+        "--repack-debounce",
+        "1",
+        "--repack-cooldown",
+        "3600",
+        "--log-level",
+        "info",
+        node_cache_capable=True,
+    )
+    sampler = LoadSampler(api_client, b.ns)
+    sampler.start()
+    try:
+        b.fragment()
+
+        def executed() -> dict[str, Any] | None:
+            runs = [r for r in ext.get("/api/v1/repack/plans") if r.get("execution")]
+            done = [r for r in runs if r["execution"]["state"] != "running"]
+            return done[0] if done else None
+
+        wait_for(lambda: executed() is not None, LIVENESS_S * 2, "an executed repack plan")
+        run = executed()
+        assert run is not None and run["mode"] == "apply"
+        assert run["execution"]["state"] == "completed", run["execution"]
+        wait_for(
+            lambda: (p := b.pod_of("rs-new")) is not None and p.status.phase == "Running",
+            LIVENESS_S,
+            "the formerly pending pod Running",
+        )
+    finally:
+        sampler.stop()
+    [place] = run["plan"]["placements"]
+    assert b.pod_of("rs-new").spec.node_name == place["to"]
+    assert sampler.overloads == [] and sampler.samples > 10
+    metrics = urllib.request.urlopen(f"{ext.base}/metrics", timeout=10).read().decode()
+    assert 'carico_repack_executions_total{outcome="completed"} 1.0' in metrics
+    assert "carico_repack_plan_slots_open 0.0" in metrics
