@@ -116,7 +116,13 @@ def drift(step: Step, planned: Pod, uid: str, live: LiveView) -> str | None:
             return f"node {step.to_node} is gone"
         if not eligible(planned, node):
             return f"node {step.to_node} no longer accepts {step.pod} (labels, taints or cordon)"
-        over = _fits(live.load(step.to_node), planned.requests, node.allocatable)
+        # A land step only waits: the replacement left with its evict-first step, may already
+        # sit on the target, and cannot be bound there before the room exists anyway.
+        over = (
+            ""
+            if step.action == "land"
+            else _fits(live.load(step.to_node), planned.requests, node.allocatable)
+        )
         if over:
             return f"node {step.to_node} has no room for {step.pod}: {over}"
     return None

@@ -431,3 +431,36 @@ def test_failed_bind_into_a_slot_gives_the_slot_back() -> None:
     assert json.loads(result) == {"Error": "the API said no"}
     assert slot.claimed_by == "" and service.ledger.get("default/pending") is None
     assert service.table.reserved_counts() == {"node-a": 1}  # the slot's own unit, once
+
+
+async def test_cycle_broken_by_evicting_first_lands_every_pod() -> None:
+    # Two full nodes whose big pods trade places: no order of plain moves has room, so the
+    # sequencer evicts one first and lands it last. Neither node may ever be over capacity.
+    cluster = InMemoryCluster(auto_create=False)
+    for node in ("node-a", "node-b"):
+        cluster.add_object(node_obj(node))
+    cluster.add_object(pod_obj("big-a", "600m", "100M", "node-a", "rs-big-a"))
+    cluster.add_object(pod_obj("small-a", "300m", "100M", "node-a", "rs-small-a"))
+    cluster.add_object(pod_obj("big-b", "500m", "100M", "node-b", "rs-big-b"))
+    cluster.add_object(pod_obj("small-b", "400m", "100M", "node-b", "rs-small-b"))
+    snapshot = parse_list(await document(cluster))
+    from scheduler_ext.repack.plan import Move
+    from scheduler_ext.repack.sequencing import sequence
+
+    moves = [Move("default/big-a", "node-a", "node-b"), Move("default/big-b", "node-b", "node-a")]
+    steps = sequence(snapshot, moves, [], [])
+    assert [s.action for s in steps] == ["evict-first", "move", "land"]
+    now = outcome(snapshot)
+    plan = Plan("FEASIBLE", False, 0.0, "classes", now, now, moves=tuple(moves), steps=steps)
+    service = ExtenderService(cluster)
+    ex, sched = await run_with_scheduler(service, cluster, executor_for(service, cluster), plan)
+    assert ex.outcome == COMPLETED, (ex.reason, ex.events)
+    assert sched.overloads == []
+    placed = {k.split("/")[1].rsplit("-r", 1)[0]: p.node for k, p in cluster.pods.items()}
+    assert placed == {
+        "rs-big-a": "node-b",
+        "rs-big-b": "node-a",
+        "small-a": "node-a",
+        "small-b": "node-b",
+    }
+    assert service.slots.open_count() == 0

@@ -164,3 +164,12 @@ def test_options_are_validated() -> None:
         ExecutorOptions(plan_timeout=0)
     with pytest.raises(ValueError, match="backoff"):
         ExecutorOptions(backoff_initial=5, backoff_max=1)
+
+
+def test_land_step_only_waits_so_a_full_target_is_no_drift() -> None:
+    land = Step("land", "default/m", None, "b")
+    # m left with its evict-first step and its replacement already sits on b: b looks full.
+    replacement = pod("m-r1", "400m", "b")
+    live = view(replacement, pod("y", "100m", "b", owner="z"), drop="m")
+    assert drift(land, planned(), "uid-m", live) is None
+    assert drift(land, planned(), "uid-m", view(drop="b")) == "node b is gone"
