@@ -1,8 +1,9 @@
 """``carico extender``: the kube-scheduler extender with its capacity stream and reservation ledger.
 
-Starts the gRPC ``CapacityIngest`` server, the HTTP server (extender verbs, JSON API, ops) and the
-pod watch that keeps the reservation ledger; ``--no-kube`` replaces the API server with an
-in-memory cluster (bindings are recorded, nothing else is needed). Every flag has a ``CARICO_*``
+Starts the gRPC ``CapacityIngest`` server, the HTTP server (extender verbs, JSON API, ops), the
+pod watch that keeps the reservation ledger and, unless ``--repack-mode off``, the repacker
+(``repack.service``); ``--no-kube`` replaces the API server with an in-memory cluster (bindings are
+recorded, nothing else is needed). Every flag has a ``CARICO_*``
 environment equivalent. Neighbours: ``service``, ``http_server``, ``grpc_server``, ``kube``.
 """
 
@@ -21,6 +22,7 @@ from carico.cliargs import (
     add_env_argument,
     add_env_flag,
     non_negative_float,
+    non_negative_int,
     port,
     positive_float,
 )
@@ -172,6 +174,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="solve time budget of one repack run, seconds (POST /repack may ask for another)",
     )
+    add_env_argument(
+        repack,
+        "--repack-workers",
+        type=non_negative_int,
+        default=0,
+        help="CP-SAT search workers of a repack solve (0: every core of the machine; set it to "
+        "the container's CPU limit so a solve does not crowd out kube-scheduler)",
+    )
     # Apply mode's executor (scheduler_ext/repack/executor.py); defaults as ExecutorOptions.
     for flag, default, what in (
         ("--repack-plan-timeout", 600.0, "a whole plan may take in apply mode before it aborts"),
@@ -231,6 +241,7 @@ def repack_settings_from(args: argparse.Namespace, settings: Settings) -> Repack
         debounce=args.repack_debounce,
         cooldown=args.repack_cooldown,
         time_limit=args.repack_time_limit,
+        workers=args.repack_workers,
         max_time_limit=max(args.repack_time_limit, RepackSettings.max_time_limit),
         excluded_namespaces=settings.excluded_namespaces,
         managed_schedulers=settings.managed_schedulers,

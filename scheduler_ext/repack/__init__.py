@@ -16,7 +16,12 @@ Modules, from input to output:
 * ``sequencing`` — an order of steps that never overloads a node;
 * ``checker`` — an independent validation of every plan before it is returned;
 * ``generator`` — benchmark instances generated as in the Priority Matters paper;
-* ``cli`` and ``bench`` — ``carico repack`` and ``carico repack-bench``.
+* ``cli`` and ``bench`` — ``carico repack`` and ``carico repack-bench``;
+* ``live`` — raw API list responses to a snapshot, its fingerprint and a plan (the unit of work of
+  the extender's solver process);
+* ``trigger`` — when pods stuck Unschedulable call for a run (debounce, cooldown, no rerun);
+* ``service`` — the extender's repacker: runs, the plan history, dry-run/apply and the
+  ``PlanRunner`` seam of apply mode.
 
-Everything except ``cli`` and ``bench`` is pure: no I/O, the clock is a parameter.
+Everything except ``cli``, ``bench`` and ``service`` is pure: no I/O, the clock is a parameter.
 """

@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 MODES = ("dry-run", "apply", "off")
 TRIGGER_UNSCHEDULABLE = "unschedulable"
 TRIGGER_HTTP = "http"
+STATUS_PODS = 20  # stuck pods named by GET /api/v1/repack (the count is always whole)
 
 # (on_list, on_event) -> runs until cancelled: the extender's watch of unbound Pending pods.
 OnUnscheduledList = Callable[[list[Unscheduled]], None]
@@ -275,13 +276,14 @@ class RepackService:
         return [r.to_dict() for r in records[: limit if limit is not None else len(records)]]
 
     def status(self) -> dict[str, Any]:
-        now = self.clock()
+        stuck = self.trigger.stuck(self.clock())
         s = self.settings
         return {
             "mode": s.mode,
             "in_progress": self._busy or None,
             "unschedulable": self.trigger.unschedulable,
-            "stuck": self.trigger.stuck(now),
+            "stuck": len(stuck),
+            "stuck_pods": stuck[:STATUS_PODS],
             "debounce_seconds": s.debounce,
             "cooldown_seconds": s.cooldown,
             "time_limit_seconds": s.time_limit,
@@ -490,7 +492,10 @@ class RepackService:
                 await asyncio.sleep(every)
                 if watcher is not None and watcher.done():
                     watcher.result()  # a crashed watch must not leave the trigger blind
-                await self.tick()
+                try:
+                    await self.tick()
+                except Exception:  # a repacker bug must not take the extender down with it
+                    log.exception("automatic repack run failed")
         finally:
             if watcher is not None:
                 watcher.cancel()

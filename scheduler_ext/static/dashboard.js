@@ -189,7 +189,7 @@ const PLAN_BADGE = { OPTIMAL: "ok", FEASIBLE: "ok", INFEASIBLE: "warn", ERROR: "
 
 function repackState(s) {
   const parts = [`mode ${s.mode}`, `${s.unschedulable} pod(s) unschedulable`,
-    `${s.stuck.length} past the ${s.debounce_seconds} s debounce`,
+    `${s.stuck} past the ${s.debounce_seconds} s debounce`,
     `cooldown ${s.cooldown_seconds} s`, `time limit ${s.time_limit_seconds} s`];
   if (s.in_progress) parts.push(`${s.in_progress}…`);
   return parts.join(" · ");
@@ -234,8 +234,9 @@ function planSteps(p) {
 async function refreshRepack() {
   const box = document.getElementById("repack");
   try {
-    const [state, plans] = await Promise.all([
-      getJSON("api/v1/repack"), getJSON("api/v1/repack/plans?limit=8")]);
+    // The plans first: an extender without a repacker answers 404 there, and then only there.
+    const plans = await getJSON("api/v1/repack/plans?limit=8");
+    const state = await getJSON("api/v1/repack");
     box.className = "";
     const parts = [el("p", { class: "note", id: "repack-state" }, repackState(state))];
     if (!plans.length) {

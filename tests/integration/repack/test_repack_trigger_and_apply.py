@@ -45,10 +45,12 @@ async def test_stuck_pods_trigger_one_run_per_cluster_state(make_repacker: MakeR
     try:
         await eventually("the watch to list", lambda: r.repack.trigger.unschedulable == 1)
         _, state = await r.get("/api/v1/repack")
-        assert state["unschedulable"] == 1 and state["stuck"] == []
+        assert state["unschedulable"] == 1 and state["stuck"] == 0 and state["stuck_pods"] == []
         assert r.repack.plans() == []  # inside the debounce window
         r.clock.now += 30.0
         await eventually("an automatic run", lambda: len(r.repack.plans()) == 1)
+        _, state = await r.get("/api/v1/repack")
+        assert state["stuck"] == 1 and state["stuck_pods"] == ["default/pending"]
         first = r.repack.plans()[0]
         assert first["trigger"] == "unschedulable" and first["status"] == "OPTIMAL"
         assert first["plan"]["placements"] == [{"pod": "default/pending", "to": "node-a"}]
