@@ -101,6 +101,13 @@ class Bed:
         found = [p for p in self.pods() if (p.metadata.labels or {}).get("app") == app]
         return found[0] if len(found) == 1 else None
 
+    def wait_pending_pod_running(self) -> None:
+        wait_for(
+            lambda: (p := self.pod_of("rs-new")) is not None and p.status.phase == "Running",
+            LIVENESS_S,
+            "the formerly pending pod Running",
+        )
+
     def cordon(self, node: str, on: bool) -> None:
         self.core.patch_node(node, {"spec": {"unschedulable": on}})
 
@@ -258,11 +265,7 @@ def test_fragmentation_example_ends_with_the_pending_pod_running(
         run = executor(ext)
         ex = ext.call(lambda: run.execute(plan))
         assert ex.outcome == COMPLETED, (ex.reason, ex.events)
-        wait_for(
-            lambda: (p := b.pod_of("rs-new")) is not None and p.status.phase == "Running",
-            LIVENESS_S,
-            "the formerly pending pod Running",
-        )
+        b.wait_pending_pod_running()
     finally:
         sampler.stop()
     place = next(s for s in plan.steps if s.action == "place")
@@ -308,11 +311,7 @@ def test_pod_protected_by_its_pdb_is_not_moved(
     after = b.pod_of(app)
     assert after.metadata.uid == protected.metadata.uid
     assert after.spec.node_name == protected.spec.node_name
-    wait_for(
-        lambda: (p := b.pod_of("rs-new")) is not None and p.status.phase == "Running",
-        LIVENESS_S,
-        "the formerly pending pod Running",
-    )
+    b.wait_pending_pod_running()
 
 
 def test_eviction_refused_by_a_budget_aborts_and_leaves_no_slot(
@@ -392,11 +391,7 @@ def test_apply_mode_of_the_extender_executes_its_own_plan(
         run = executed()
         assert run is not None and run["mode"] == "apply"
         assert run["execution"]["state"] == "completed", run["execution"]
-        wait_for(
-            lambda: (p := b.pod_of("rs-new")) is not None and p.status.phase == "Running",
-            LIVENESS_S,
-            "the formerly pending pod Running",
-        )
+        b.wait_pending_pod_running()
     finally:
         sampler.stop()
     [place] = run["plan"]["placements"]
