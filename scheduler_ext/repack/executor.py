@@ -128,6 +128,9 @@ class PlanExecutor:
         self.cluster = cluster
         self.slots = slots
         self.options = options
+        # The TTL is a safety net for a plan that died without releasing its slots; it must
+        # never end the slots of a plan that is still within its own time limit.
+        slots.ttl = max(slots.ttl, options.plan_timeout)
         self.excluded = frozenset(excluded_namespaces)
         self.clock, self.wall, self.sleep = clock, wall, sleep
         self.on_outcome = on_outcome

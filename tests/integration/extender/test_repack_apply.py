@@ -464,3 +464,10 @@ async def test_cycle_broken_by_evicting_first_lands_every_pod() -> None:
         "small-b": "node-b",
     }
     assert service.slots.open_count() == 0
+
+
+def test_slots_outlive_the_longest_plan() -> None:
+    service = ExtenderService(fragmented_cluster())
+    assert service.slots.ttl == 600.0
+    PlanExecutor(service.cluster, service.slots, ExecutorOptions(plan_timeout=1800))  # type: ignore[arg-type]
+    assert service.slots.ttl == 1800.0
