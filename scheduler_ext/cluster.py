@@ -224,12 +224,12 @@ class InMemoryCluster:
 
     async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
         key = f"{namespace}/{name}"
-        obj = self.object("Pod", key)
-        current = self.pods.get(key)
-        if obj is None or current is None:
+        obj = self.object("Pod", key)  # objects are the truth (``set_objects`` adds no PodState)
+        if obj is None:
             return EvictionReply(Evicted.GONE, f'pods "{name}" not found')
-        if uid and current.facts.uid != uid:
-            return EvictionReply(Evicted.GONE, f"pod {key} now has uid {current.facts.uid}")
+        current_uid = str(obj["metadata"].get("uid", ""))
+        if uid and current_uid != uid:
+            return EvictionReply(Evicted.GONE, f"pod {key} now has uid {current_uid}")
         if self.refuse_evictions.get(key, 0) > 0:
             self.refuse_evictions[key] -= 1
             return EvictionReply(Evicted.BLOCKED, "429 TooManyRequests: refused for the test")
@@ -245,7 +245,11 @@ class InMemoryCluster:
                     f"disruption budget {pdb['metadata']['name']}",
                 )
         self.evictions.append(key)
-        self.delete_pod(key)
+        if key in self.pods:
+            self.delete_pod(key)
+        else:
+            self.objects["items"].remove(obj)
+            self._tell_unscheduled()
         owners = obj["metadata"].get("ownerReferences") or []
         controller = next((o for o in owners if o.get("controller")), None)
         if self.replace_evicted and controller is not None and controller.get("kind") != "Node":

@@ -471,3 +471,19 @@ def test_slots_outlive_the_longest_plan() -> None:
     assert service.slots.ttl == 600.0
     PlanExecutor(service.cluster, service.slots, ExecutorOptions(plan_timeout=1800))  # type: ignore[arg-type]
     assert service.slots.ttl == 1800.0
+
+
+async def test_in_memory_eviction_of_objects_given_as_one_list() -> None:
+    # The --no-kube cluster can be handed its objects at once (set_objects): evictions work on
+    # them too, and the replacement is a pod like any other.
+    source = fragmented_cluster()
+    cluster = InMemoryCluster()
+    cluster.set_objects(source.objects)
+    gone = await cluster.evict("default", "node-a-p2", "uid-other")
+    assert gone.outcome.value == "gone" and "uid-node-a-p2" in gone.message
+    done = await cluster.evict("default", "node-a-p2", "uid-node-a-p2")
+    assert done.outcome.value == "evicted"
+    assert cluster.object("Pod", "default/node-a-p2") is None
+    replacement = cluster.object("Pod", "default/rs-node-a-2-r1")
+    assert replacement is not None and replacement["spec"]["nodeName"] is None
+    assert cluster.pods["default/rs-node-a-2-r1"].node == ""
