@@ -333,7 +333,10 @@ class KubernetesCluster:
     async def list_for_repack(self) -> list[bytes]:
         """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, fetch_cluster_lists, self._api.api_client)
+        try:
+            return await loop.run_in_executor(self._pool, fetch_cluster_lists, self._api.api_client)
+        except Exception as exc:  # the API server's own words, not the client's HTTP dump
+            raise RuntimeError(api_error_message(exc)) from exc
 
     async def close(self) -> None:
         self._stop.set()

@@ -8,6 +8,7 @@ import re
 
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.repack.service import solver_process_pool
+from scheduler_ext.repack.trigger import Unscheduled
 
 from .conftest import GatedCluster, MakeRepacker, fragmented_cluster
 
@@ -136,3 +137,34 @@ async def test_a_cluster_that_cannot_be_read_is_a_500_with_the_reason(
     assert [p["status"] for p in plans] == ["ERROR"]  # kept, so the dashboard shows it
     text = await r.metrics()
     assert metric(text, "carico_repack_runs_total", trigger="http", status="ERROR") == 1.0
+
+
+class UnreachableCluster(InMemoryCluster):
+    """An in-memory cluster whose API cannot be listed (as when the API server is down)."""
+
+    async def list_for_repack(self) -> list[bytes]:
+        raise RuntimeError("503 ServiceUnavailable: etcd is down")
+
+
+async def test_an_unreachable_api_is_a_500_and_the_trigger_waits_a_cooldown(
+    make_repacker: MakeRepacker,
+) -> None:
+    r = await make_repacker(cluster=UnreachableCluster(), debounce=0.0, cooldown=60.0)
+    status, reply = await r.post()
+    assert status == 500
+    assert reply["Error"] == "repack: cannot list the cluster: 503 ServiceUnavailable: etcd is down"
+    # A stuck pod does not make the repacker hammer a failing API: the cooldown holds.
+    r.repack.on_unscheduled_event(stuck_pod())
+    assert await r.repack.tick() is None
+    r.clock.now += 60.0
+    record = await r.repack.tick()
+    assert record is not None and record.trigger == "unschedulable" and record.status == "ERROR"
+    _, plans = await r.get("/api/v1/repack/plans")
+    assert [(p["trigger"], p["status"]) for p in plans] == [
+        ("unschedulable", "ERROR"),
+        ("http", "ERROR"),
+    ]
+
+
+def stuck_pod() -> Unscheduled:
+    return Unscheduled("default/pending", "carico-scheduler", unschedulable=True)
