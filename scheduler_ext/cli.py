@@ -183,6 +183,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CP-SAT search workers of a repack solve (0: every core of the machine; set it to "
         "the container's CPU limit so a solve does not crowd out kube-scheduler)",
     )
+    # Apply mode's executor (scheduler_ext/repack/executor.py); defaults as ExecutorOptions.
+    for flag, default, what in (
+        ("--repack-plan-timeout", 600.0, "a whole plan may take in apply mode before it aborts"),
+        (
+            "--repack-step-timeout",
+            180.0,
+            "one step may take (eviction, pod gone, replacement bound)",
+        ),
+        ("--repack-blocked-timeout", 120.0, "evictions refused with 429 may pause one step"),
+    ):
+        add_env_argument(repack, flag, type=positive_float, default=default, help=f"seconds {what}")
 
     kube = parser.add_argument_group("cluster")
     add_env_flag(
@@ -241,11 +252,26 @@ def repack_settings_from(args: argparse.Namespace, settings: Settings) -> Repack
 def plan_runner(
     args: argparse.Namespace, service: ExtenderService, cluster: Cluster
 ) -> PlanRunner | None:
-    """The executor that ``--repack-mode apply`` hands each checked plan to.
+    """The executor that ``--repack-mode apply`` hands each checked plan to (None otherwise:
+    dry-run needs none). It evicts through ``cluster`` and steers pods with the service's slots."""
+    if args.repack_mode != "apply":
+        return None
+    from scheduler_ext.repack.executor import ApplyCluster, ExecutorOptions, PlanExecutor
 
-    None here: without an executor apply mode refuses to start, and dry-run needs none.
-    """
-    return None
+    if not isinstance(cluster, ApplyCluster):
+        raise ValueError("this cluster cannot evict pods; --repack-mode apply needs one that can")
+
+    options = ExecutorOptions(
+        plan_timeout=args.repack_plan_timeout,
+        step_timeout=args.repack_step_timeout,
+        blocked_timeout=args.repack_blocked_timeout,
+    )
+    return PlanExecutor(
+        cluster,
+        service.slots,
+        options,
+        excluded_namespaces=service.settings.excluded_namespaces,
+    )
 
 
 def make_repack(

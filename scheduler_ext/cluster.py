@@ -6,18 +6,30 @@ owner move pods through their phases. The decision code and the ledger are the s
 both cases. ``run_pod_watch`` calls ``on_list`` with every pod that is bound and still Pending —
 at start and again whenever the watch had to relist — and ``on_event`` for each change after that;
 both callbacks run on the event loop's thread.
+
+For the repacker in apply mode the interface also evicts pods through the Eviction API
+(``evict``), which refuses with 429 while a PodDisruptionBudget allows no disruption. The
+in-memory twin answers evictions the same way (budgets computed from ``minAvailable`` /
+``maxUnavailable`` over the Running pods of ``objects``) and, like a ReplicaSet controller,
+creates a pending replacement for every evicted pod that has a controller.
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
+import enum
+import itertools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+import msgspec
+
+from scheduler_ext import wire
 from scheduler_ext.ledger import PENDING, PodState
-from scheduler_ext.pods import PodFacts
+from scheduler_ext.pods import PodFacts, facts_from_wire
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 OnList = Callable[[list[PodState]], None]
@@ -28,6 +40,29 @@ class BindError(Exception):
     """The binding was refused or could not be created; the message goes back to the scheduler."""
 
 
+class Evicted(enum.Enum):
+    EVICTED = "evicted"  # the API accepted the eviction (the pod is being deleted)
+    BLOCKED = "blocked"  # 429: a PodDisruptionBudget (or the API's rate limit) said not now
+    GONE = "gone"  # 404, or the uid precondition failed: the pod is not the one planned
+    FAILED = "failed"  # anything else (forbidden, connection errors)
+
+
+@dataclass(frozen=True)
+class EvictionReply:
+    outcome: Evicted
+    message: str = ""
+
+
+RUNNING = "Running"
+
+
+def _selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
+    """matchLabels only: enough for the budgets the in-memory cluster is given."""
+    if selector is None:
+        return False
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items())
+
+
 class Cluster(Protocol):
     async def bind(self, pod: PodFacts, node: str) -> None:
         """Create the pod's ``pods/binding`` to ``node``; raise BindError on failure."""
@@ -35,6 +70,10 @@ class Cluster(Protocol):
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
         """List, then watch bound Pending pods until cancelled (relisting when needed)."""
+        ...
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        """Create the pod's ``pods/eviction`` (policy/v1), with ``uid`` as a precondition."""
         ...
 
     async def close(self) -> None: ...
@@ -63,9 +102,16 @@ class InMemoryCluster:
         self.bindings: list[Binding] = []
         self._fail_next: list[str] = []
         self._watchers: list[OnEvent] = []
-        # What a repack lists: a kubectl-style List of Node, Pod and PodDisruptionBudget objects.
+        # What a repack lists: a kubectl-style List of Node, Pod and PodDisruptionBudget objects
+        # (pods added with ``add_object`` are kept in step with ``pods``).
         self.objects: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "items": []}
         self._unscheduled_watchers: list[Callable[[list[Unscheduled]], None]] = []
+        # Apply mode: evictions made, refusals to answer before a pod may be evicted, and whether
+        # an evicted pod with a controller gets a replacement (as a ReplicaSet's would).
+        self.evictions: list[str] = []
+        self.refuse_evictions: dict[str, int] = {}
+        self.replace_evicted = True
+        self._replacements = itertools.count(1)
 
     # -- driven by the owner ---------------------------------------------------------------
 
@@ -75,10 +121,46 @@ class InMemoryCluster:
     def set_phase(self, key: str, phase: str) -> None:
         self._emit(replace(self.pods[key], phase=phase))
 
+    def add_object(self, obj: dict[str, Any]) -> None:
+        """Add a Node, PodDisruptionBudget or Pod to ``objects``; a pod is also added as a
+        PodState (a watch event), and an unbound one reaches the repack trigger."""
+        meta = obj.setdefault("metadata", {})
+        kind = str(obj.get("kind", ""))
+        if kind != "Node":
+            meta.setdefault("namespace", "default")
+        key = f"{meta.get('namespace', '')}/{meta['name']}" if kind != "Node" else meta["name"]
+        old = self.object(kind, key)
+        items = self.objects.setdefault("items", [])
+        if old is not None:
+            items.remove(old)
+        items.append(obj)
+        if kind == "Pod":
+            facts = facts_from_wire(msgspec.convert(obj, wire.Pod))
+            node = str((obj.get("spec") or {}).get("nodeName") or "")
+            self._emit(PodState(facts, node, str((obj.get("status") or {}).get("phase", PENDING))))
+            self._tell_unscheduled()
+
+    def object(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The object of ``kind`` named ``key`` (namespace/name; a Node by name) in ``objects``."""
+        for item in self.objects.get("items") or []:
+            if isinstance(item, dict) and item.get("kind") == kind:
+                meta = item.get("metadata") or {}
+                name = meta.get("name")
+                if (
+                    name if kind == "Node" else f"{meta.get('namespace', 'default')}/{name}"
+                ) == key:
+                    return item
+        return None
+
     def delete_pod(self, key: str) -> None:
         pod = self.pods.pop(key)
+        obj = self.object("Pod", key)
+        if obj is not None:
+            self.objects["items"].remove(obj)
         for watcher in list(self._watchers):
             watcher(replace(pod, deleted=True))
+        if obj is not None:
+            self._tell_unscheduled()
 
     def subscribe(self, on_event: OnEvent) -> None:
         """Receive every later pod event synchronously (an owner without an event loop)."""
@@ -89,6 +171,10 @@ class InMemoryCluster:
 
     def _emit(self, pod: PodState) -> None:
         self.pods[pod.facts.key] = pod
+        obj = self.object("Pod", pod.facts.key)
+        if obj is not None:
+            obj.setdefault("spec", {})["nodeName"] = pod.node or None
+            obj.setdefault("status", {})["phase"] = pod.phase
         for watcher in list(self._watchers):
             watcher(pod)
 
@@ -119,6 +205,64 @@ class InMemoryCluster:
         finally:
             self._watchers.remove(on_event)
 
+    def disruptions_allowed(self, pdb: dict[str, Any]) -> int:
+        """What the disruption controller would compute: healthy (Running) pods minus the
+        minimum, from ``minAvailable`` or ``maxUnavailable`` (integers only)."""
+        ns = pdb["metadata"].get("namespace", "default")
+        spec = pdb.get("spec") or {}
+        selected = [
+            o
+            for o in self.objects.get("items") or []
+            if o.get("kind") == "Pod"
+            and o["metadata"].get("namespace") == ns
+            and _selects(spec.get("selector"), o["metadata"].get("labels") or {})
+        ]
+        healthy = sum(1 for o in selected if (o.get("status") or {}).get("phase") == RUNNING)
+        if "minAvailable" in spec:
+            return max(0, healthy - int(spec["minAvailable"]))
+        return max(0, int(spec.get("maxUnavailable", 0)) - (len(selected) - healthy))
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        key = f"{namespace}/{name}"
+        obj = self.object("Pod", key)  # objects are the truth (``set_objects`` adds no PodState)
+        if obj is None:
+            return EvictionReply(Evicted.GONE, f'pods "{name}" not found')
+        current_uid = str(obj["metadata"].get("uid", ""))
+        if uid and current_uid != uid:
+            return EvictionReply(Evicted.GONE, f"pod {key} now has uid {current_uid}")
+        if self.refuse_evictions.get(key, 0) > 0:
+            self.refuse_evictions[key] -= 1
+            return EvictionReply(Evicted.BLOCKED, "429 TooManyRequests: refused for the test")
+        labels = obj["metadata"].get("labels") or {}
+        for pdb in [o for o in self.objects["items"] if o.get("kind") == "PodDisruptionBudget"]:
+            if pdb["metadata"].get("namespace", "default") != namespace:
+                continue
+            selector = (pdb.get("spec") or {}).get("selector")
+            if _selects(selector, labels) and self.disruptions_allowed(pdb) <= 0:
+                return EvictionReply(
+                    Evicted.BLOCKED,
+                    "429 TooManyRequests: Cannot evict pod as it would violate the pod's "
+                    f"disruption budget {pdb['metadata']['name']}",
+                )
+        self.evictions.append(key)
+        if key in self.pods:
+            self.delete_pod(key)
+        else:
+            self.objects["items"].remove(obj)
+            self._tell_unscheduled()
+        owners = obj["metadata"].get("ownerReferences") or []
+        controller = next((o for o in owners if o.get("controller")), None)
+        if self.replace_evicted and controller is not None and controller.get("kind") != "Node":
+            # What a ReplicaSet controller does: a new pod from the same template, unbound.
+            n = next(self._replacements)
+            fresh = copy.deepcopy(obj)
+            fresh["metadata"]["name"] = f"{controller.get('name', name)}-r{n}"
+            fresh["metadata"]["uid"] = f"{controller.get('uid', '')}-r{n}"
+            fresh["spec"]["nodeName"] = None
+            fresh["status"] = {"phase": PENDING}
+            self.add_object(fresh)
+        return EvictionReply(Evicted.EVICTED)
+
     async def close(self) -> None:
         return None
 
@@ -140,8 +284,19 @@ class InMemoryCluster:
             and not (item.get("spec") or {}).get("nodeName")
         ]
 
+    def _tell_unscheduled(self) -> None:
+        if self._unscheduled_watchers:
+            pods = self._unscheduled()
+            for on_list in list(self._unscheduled_watchers):
+                on_list(pods)
+
     async def list_for_repack(self) -> list[bytes]:
-        return [json.dumps(self.objects).encode()]
+        document = copy.deepcopy(self.objects)
+        for item in document.get("items") or []:
+            # A budget given without a status gets the one the disruption controller would write.
+            if item.get("kind") == "PodDisruptionBudget" and "status" not in item:
+                item["status"] = {"disruptionsAllowed": self.disruptions_allowed(item)}
+        return [json.dumps(document).encode()]
 
     async def run_unscheduled_watch(
         self,

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler_ext import wire
-from scheduler_ext.cluster import BindError, OnEvent, OnList
+from scheduler_ext.cluster import BindError, Evicted, EvictionReply, OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
@@ -202,6 +202,37 @@ class KubernetesCluster:
         await loop.run_in_executor(
             self._pool, self._bind_sync, pod.namespace, pod.name, pod.uid, node
         )
+
+    # -- repack apply mode: evictions ------------------------------------------------------
+
+    def _evict_sync(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        c = self._client
+        body = c.V1Eviction(
+            api_version="policy/v1",
+            kind="Eviction",
+            metadata=c.V1ObjectMeta(name=name, namespace=namespace),
+            # The uid precondition: never evict a pod that replaced the planned one by name.
+            delete_options=c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=uid or None)),
+        )
+        try:
+            resp: Any = self._api.create_namespaced_pod_eviction(
+                name=name, namespace=namespace, body=body, _preload_content=False
+            )
+            resp.release_conn()
+        except c.ApiException as exc:
+            message = api_error_message(exc)
+            if exc.status == 429:
+                return EvictionReply(Evicted.BLOCKED, message)
+            if exc.status in (404, 409):
+                return EvictionReply(Evicted.GONE, message)
+            return EvictionReply(Evicted.FAILED, message)
+        except Exception as exc:  # connection errors, timeouts: report, never crash the server
+            return EvictionReply(Evicted.FAILED, str(exc) or type(exc).__name__)
+        return EvictionReply(Evicted.EVICTED)
+
+    async def evict(self, namespace: str, name: str, uid: str) -> EvictionReply:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._evict_sync, namespace, name, uid)
 
     # -- watch -----------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ class PodFacts:
     mirror: bool = False
     priority_class: str = ""
     scheduler: str = ""  # spec.schedulerName; "" when unknown (a bind of a pod never filtered)
+    owner_uid: str = ""  # uid of the controlling owner (repack plan slots match replacements by it)
 
     @property
     def key(self) -> str:
@@ -42,6 +43,8 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
     meta = pod.metadata or wire.ObjectMeta()
     spec = pod.spec or wire.PodSpec()
     annotations = meta.annotations or {}
+    owners = meta.ownerReferences or ()
+    controller = next((ref for ref in owners if ref.controller), None)
     return PodFacts(
         namespace=meta.namespace or "default",
         name=meta.name,
@@ -50,6 +53,7 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
         mirror=MIRROR_ANNOTATION in annotations,
         priority_class=spec.priorityClassName or "",
         scheduler=spec.schedulerName or DEFAULT_SCHEDULER,
+        owner_uid=controller.uid if controller is not None else "",
     )
 
 

@@ -28,6 +28,7 @@ from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
+from scheduler_ext.slots import SlotKind, SlotTable
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,9 @@ class ExtenderService:
         self.metrics = ExtenderMetrics(self.table, self.ledger, clock)
         self.history = NodeHistory()
         self.readiness = Readiness()
+        # Repack plan slots (apply mode): pods a plan moves or places are steered by them.
+        self.slots = SlotTable(self.table)
+        self.metrics.repack_slots_open.set_function(lambda: float(self.slots.open_count()))
         self._recent: OrderedDict[str, PodFacts] = OrderedDict()
         self._policy = settings.stale_policy.value
         m = self.metrics
@@ -181,7 +185,9 @@ class ExtenderService:
         names = cands.names
         self._remember(facts)
         now = self.clock()
-        d = self.decider.filter(facts, cands, now)
+        d = self._slot_filter(facts, body, names) if self.slots else None
+        if d is None:
+            d = self.decider.filter(facts, cands, now)
         if self._warming_up(d, len(names), now):
             # Fail-closed with no report at all yet, just after a (re)start: the gap is transient.
             # An error makes kube-scheduler retry the pod with backoff (seconds); marking every
@@ -229,6 +235,25 @@ class ExtenderService:
             if d.stale or d.missing:
                 self._stale("filter", d.stale, d.missing)
         return reply
+
+    def _slot_filter(self, facts: PodFacts, body: bytes, names: list[str]) -> FilterDecision | None:
+        """A pod held by repack plan slots passes only their nodes (None: the pod has none)."""
+        maybe = self.slots.candidates(facts)
+        if not maybe:
+            return None
+        sig = None
+        if any(s.kind is not SlotKind.PENDING for s in maybe):
+            from scheduler_ext.repack.recheck import request_signature  # only when a slot may match
+
+            sig = request_signature(body)
+        slots = self.slots.matching(facts, sig)
+        if not slots:
+            return None
+        nodes = {s.node for s in slots}
+        reason = self.slots.filter_reason(slots)
+        return FilterDecision(
+            [n for n in names if n in nodes], {n: reason for n in names if n not in nodes}, {}
+        )
 
     def _warming_up(self, d: FilterDecision, candidates: int, now: float) -> bool:
         """Fail-closed, every candidate unreported, and younger than one staleness window."""
@@ -299,11 +324,15 @@ class ExtenderService:
         )
         exempt = self.ledger.exemptions.reason(facts)
         nc = self._node_count
+        # A pod bound into a plan slot takes over the slot's unit: no second capacity check.
+        slot = self.slots.claim(facts, args.Node) if self.slots else None
         if exempt is None:
-            result = self.ledger.reserve(facts, args.Node, self.clock())
+            result = self.ledger.reserve(facts, args.Node, self.clock(), check=slot is None)
             if result.stale:
                 self._stale("bind", int(result.stale == "stale"), int(result.stale == "missing"))
             if not result.ok:
+                if slot is not None:
+                    self.slots.unclaim(slot)
                 nc["bind", "refused"].inc()
                 self.count_request("bind", "ok")
                 return wire.encode(wire.BindingResult(result.error))
@@ -314,6 +343,8 @@ class ExtenderService:
             # Any failure, expected or not, must give the unit back and reach the scheduler.
             if exempt is None:
                 self.ledger.undo(facts, args.Node)
+            if slot is not None:
+                self.slots.unclaim(slot)
             if not isinstance(exc, BindError):
                 log.exception("binding %s to %s failed unexpectedly", key, args.Node)
             nc["bind", "failed"].inc()
@@ -343,6 +374,8 @@ class ExtenderService:
         expired = self.ledger.expire(now)
         for res in expired:
             log.warning("reservation of %s on %s expired", res.key, res.node)
+        for slot in self.slots.expire(now):
+            log.warning("plan %s: slot for %s on %s expired", slot.plan, slot.for_pod, slot.node)
         self.table.forget_older_than(now, self.settings.forget_after)
         self.record_history(now)
 

@@ -24,6 +24,7 @@ import msgspec
 class OwnerReference(msgspec.Struct, gc=False):
     kind: str = ""
     controller: bool | None = None
+    uid: str = ""
 
 
 class ObjectMeta(msgspec.Struct):
