@@ -568,6 +568,18 @@ def _extender_secret(directory: Path) -> Path:
     return directory
 
 
+def _lease_holder(coordination: kubernetes.client.CoordinationV1Api, name: str, ns: str) -> str:
+    """The Lease's holder; "" while the Lease does not exist yet (kube-scheduler reports ready
+    before its leader elector has created it)."""
+    try:
+        lease = coordination.read_namespaced_lease(name, ns)
+    except kubernetes.client.ApiException as exc:
+        if exc.status == 404:
+            return ""
+        raise
+    return str(lease.spec.holder_identity or "")
+
+
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=5, context=context) as response:
@@ -657,9 +669,7 @@ def test_shipped_scheduler_configuration_runs_kube_scheduler(
         )
         assert scheduler.alive(), scheduler.log_tail()
         wait_for(
-            lambda: bool(
-                coordination.read_namespaced_lease(manifests.LEASE_NAME, NS).spec.holder_identity
-            ),
+            lambda: bool(_lease_holder(coordination, manifests.LEASE_NAME, NS)),
             120,
             f"leader election on {NS}/{manifests.LEASE_NAME}",
         )
