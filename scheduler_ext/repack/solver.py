@@ -521,14 +521,14 @@ def _plan(
     placements = tuple(Placement(k, b) for k, b in pa.placements)
     before = outcome(snapshot)
     after = outcome(snapshot, moves, placements, evictions)
+
+    def no_plan(status: str, proven: bool, reason: str) -> Plan:
+        return empty_plan(snapshot, status, proven, seconds, formulation, phases, reason)
+
     if not after.vector > before.vector:
-        return empty_plan(
-            snapshot,
+        return no_plan(
             "NO_IMPROVEMENT",
             optimal,
-            seconds,
-            formulation,
-            phases,
             "the current placement is already optimal" if optimal else "no better placement found",
         )
     # the claimed vector must be what the counts say, tier by tier
@@ -541,28 +541,19 @@ def _plan(
         )
         cost = sum(v for q, v in after.disruption_by_priority.items() if q >= p)
         if gained != model_gain or cost != _disruption(problem, x, p):
-            return empty_plan(
-                snapshot,
-                "ERROR",
-                False,
-                seconds,
-                formulation,
-                phases,
-                f"internal: pod-level plan disagrees with the model at priority {p}",
+            return no_plan(
+                "ERROR", False, f"internal: pod-level plan disagrees with the model at priority {p}"
             )
     try:
         steps = sequence(snapshot, moves, placements, evictions)
     except SequencingError as exc:
-        return empty_plan(
-            snapshot,
+        return no_plan(
             "NO_IMPROVEMENT",
             False,
-            seconds,
-            formulation,
-            phases,
             f"a better placement exists but cannot be reached safely: {exc}",
         )
     pods = {p.key: p for p in snapshot.pods}
+    displaced = [m.pod for m in moves] + [e.pod for e in evictions]
     plan = Plan(
         status="OPTIMAL" if optimal else "FEASIBLE",
         optimal=optimal,
@@ -575,18 +566,10 @@ def _plan(
         evictions=evictions,
         steps=steps,
         phases=tuple(phases),
-        owners={k: pods[k].owner for k in [m.pod for m in moves] + [e.pod for e in evictions]},
-        uids={k: pods[k].uid for k in [m.pod for m in moves] + [e.pod for e in evictions]},
+        owners={k: pods[k].owner for k in displaced},
+        uids={k: pods[k].uid for k in displaced},
     )
     errors = checker.check(snapshot, plan)
     if errors:
-        return empty_plan(
-            snapshot,
-            "ERROR",
-            False,
-            seconds,
-            formulation,
-            phases,
-            "plan rejected by the checker: " + "; ".join(errors[:5]),
-        )
+        return no_plan("ERROR", False, "plan rejected by the checker: " + "; ".join(errors[:5]))
     return plan
