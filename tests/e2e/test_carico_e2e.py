@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import collections
 import math
+import time
 import urllib.error
 from typing import Any
 
 import kubernetes
 import pytest
-from e2e_agents import AgentFedFactory, NodeAgents
+from e2e_agents import LEARNED_REL_TOL, AgentFedFactory, NodeAgents
 from e2e_controlplane import wait_for
 from e2e_extender import ExtenderProcess
 from fake_kubelet import STARTUP_SECONDS_ANNOTATION, FakeKubelet
@@ -35,6 +36,10 @@ LIVENESS_S = 90.0
 # How close the extender's avail must come to the model's: below CPU saturation the fake procfs is
 # exact, so what is left is counter rounding and the frozen model's drift (measured: < 0.002 pods).
 AVAIL_TOL = 0.05
+# On top of either: warm-up accepts a learnt per-pod cost within LEARNED_REL_TOL of the model's,
+# and avail scales with its inverse, so the agents' avail may sit that fraction off the model's
+# (seen: p-hat 1.9805 for 2.0, avail 7.58 for 7.5). Targets sit half-way between integers, so this
+# never changes how many pods a node admits.
 # Above CPU saturation a PSI total is up to one write (20 ms) old in a 100 ms sample, smoothed by
 # the EMA: a few hundredths of a pod, bounded well inside this.
 SATURATED_AVAIL_TOL = 0.3
@@ -50,7 +55,7 @@ def _wait_avail(ext: ExtenderProcess, want: dict[str, float], tol: float = AVAIL
             and rows[n].get("reported")
             and not rows[n]["stale"]
             and rows[n]["mode"] == "live"
-            and abs(rows[n]["avail"] - a) <= tol
+            and abs(rows[n]["avail"] - a) <= tol + LEARNED_REL_TOL * a
             for n, a in want.items()
         )
 
@@ -69,6 +74,13 @@ def _room(node_agents: NodeAgents, **avail: float) -> dict[str, float]:
         node_agents.procfs.leave_room(node, pods)
         want[node] = node_agents.expected_avail(node)
     return want
+
+
+def _touch_nodes(core: kubernetes.client.CoreV1Api) -> None:
+    """Update every node (a label), which moves unschedulable pods back to the active queue."""
+    stamp = str(time.monotonic_ns())
+    for n in (N0, N1, N2):
+        core.patch_node(n, {"metadata": {"labels": {"e2e.carico.io/requeue": stamp}}})
 
 
 def _allowed(avail: float, threshold: float = 1.0) -> int:
@@ -207,6 +219,9 @@ def test_restart_rebuilds_the_ledger_from_the_api(
     assert {n: c for n, c in rebuilt.items() if c} == dict(before)
     # The agents reconnect to the restarted extender and report the same room.
     _wait_avail(ext, {n: node_agents.expected_avail(n) for n in (N0, N1, N2)})
+    # Pods the restarted extender refused before the agents' reports arrived sit in kube-scheduler's
+    # unschedulable queue; the extender coming back is no cluster event, a Node update is one.
+    _touch_nodes(core)
     # Total free places were 2 + 1 + 1 = 4 and 3 were taken before the restart: one more fits.
     wait_for(lambda: sum(_placement(core, namespace).values()) == 4, LIVENESS_S, "a 4th pod bound")
 
@@ -380,7 +395,8 @@ def test_deployment_scaled_through_the_controller_manager(
             tol = SATURATED_AVAIL_TOL if saturated else AVAIL_TOL
             if rows[n].get("pods") != pods or rows[n].get("mode") != "live":
                 return False
-            if abs(rows[n]["avail"] - node_agents.expected_avail(n, pods)) > tol:
+            want = node_agents.expected_avail(n, pods)
+            if abs(rows[n]["avail"] - want) > tol + LEARNED_REL_TOL * want:
                 return False
         return True
 
