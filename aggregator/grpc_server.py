@@ -16,11 +16,12 @@ link; ``cli`` and ``worker`` start this server.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -51,6 +52,12 @@ class ExchangeFront(Protocol):
     ) -> bytes | Awaitable[bytes]: ...
 
 
+class ExchangeContext(Protocol):
+    """The part of a call's context an exchange uses (unary and stream contexts alike)."""
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> Any: ...
+
+
 @dataclass(frozen=True)
 class ServerTls:
     """Server certificate and key; with ``client_ca`` clients must present a certificate (mTLS)."""
@@ -60,7 +67,8 @@ class ServerTls:
     client_ca: Path | None = None
 
 
-def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
+def _exchange_one(front: ExchangeFront) -> Callable[[bytes, ExchangeContext], Awaitable[bytes]]:
+    """One exchange as both methods make it: parse, answer, refuse; one latency per message."""
     metrics = front.metrics
     answer = front.answer
     observe = metrics.exchange_latency.observe
@@ -68,7 +76,7 @@ def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
     parse = aggregator_pb2.LocalModel.FromString
     perf_counter = time.perf_counter
 
-    async def exchange(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def one(request: bytes, context: ExchangeContext) -> bytes:
         start = perf_counter()
         try:
             try:
@@ -89,8 +97,71 @@ def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
             observe(perf_counter() - start)
         raise AssertionError("unreachable: abort raises")  # pragma: no cover
 
+    return one
+
+
+def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
+    """``Exchange``: one model in, the serialised global model out."""
     # No (de)serialisers: the handler parses the request itself and returns ready-made bytes.
-    return grpc.unary_unary_rpc_method_handler(exchange)
+    return grpc.unary_unary_rpc_method_handler(_exchange_one(front))
+
+
+class OpenStreams:
+    """The ``ExchangeStream`` calls of one server, so that stopping it can end them at once.
+
+    A stream lives as long as its agent, so waiting for streams to finish on their own would always
+    take the whole grace period. :meth:`close` ends every stream that waits for its next message
+    with ``UNAVAILABLE`` (its agent opens a new one, to another aggregator or to this one once it is
+    back); a stream that is busy answering a message sends that reply first, then ends the same way.
+    """
+
+    def __init__(self) -> None:
+        self.closing = False
+        self.waiting: set[asyncio.Task[Any]] = set()  # handlers awaiting their next message
+        self.count = 0  # streams open now
+
+    def close(self) -> None:
+        self.closing = True
+        for task in list(self.waiting):
+            task.cancel(_STOPPING)
+
+
+_STOPPING = "the aggregator is stopping"
+
+
+def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.RpcMethodHandler:
+    """``ExchangeStream``: every message read is answered by exactly one reply, in order.
+
+    A refused message ends the stream with the status ``Exchange`` would have answered (the
+    metrics count it alike); the stream's earlier models stay as they were.
+    """
+    one = _exchange_one(front)
+    read_eof = grpc.aio.EOF
+    waiting = streams.waiting
+
+    async def exchange_stream(_: object, context: grpc.aio.ServicerContext) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        streams.count += 1
+        try:
+            while not streams.closing:
+                waiting.add(task)
+                try:
+                    request = await context.read()
+                finally:
+                    waiting.discard(task)
+                if request is read_eof:
+                    return  # the agent closed its side: end with OK
+                await context.write(await one(request, context))
+        except asyncio.CancelledError as exc:
+            if exc.args != (_STOPPING,) or task.cancelling() != 1:
+                raise  # gRPC cancelled the call (the peer went away, or the grace ran out)
+            task.uncancel()
+        finally:
+            streams.count -= 1
+        await context.abort(grpc.StatusCode.UNAVAILABLE, _STOPPING)
+
+    return grpc.stream_stream_rpc_method_handler(exchange_stream)
 
 
 async def start_grpc_server(
@@ -101,6 +172,7 @@ async def start_grpc_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_concurrent_rpcs: int | None = None,
     reuse_port: bool = False,
+    streams: OpenStreams | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start serving on ``address`` (port 0 picks a free one); return the server and its port.
 
@@ -108,6 +180,12 @@ async def start_grpc_server(
     ``RESOURCE_EXHAUSTED`` (agents retry on their next round) instead of queueing without bound.
     ``reuse_port`` lets the workers of one multi-process aggregator share the port (the kernel
     spreads connections over them); otherwise two servers never share a port silently.
+    ``streams`` (to end them on stop, see :func:`stop_grpc_server`) collects the open streams.
+
+    An open ``ExchangeStream`` counts as one call in flight for as long as it stays open, so with
+    streaming agents ``max_concurrent_rpcs`` bounds the agents connected to this process (plus the
+    unary calls in flight): a stream beyond it is refused ``RESOURCE_EXHAUSTED`` when it opens and
+    its agent tries again after its backoff.
     """
     server = grpc.aio.server(
         options=[
@@ -116,7 +194,10 @@ async def start_grpc_server(
         ],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
-    handlers = {"Exchange": exchange_handler(service)}
+    handlers = {
+        "Exchange": exchange_handler(service),
+        "ExchangeStream": exchange_stream_handler(service, streams or OpenStreams()),
+    }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     # Registered methods are matched inside gRPC's core instead of by a Python lookup per call.
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
@@ -129,3 +210,13 @@ async def start_grpc_server(
         raise OSError(f"cannot listen on {address}")
     await server.start()
     return server, port
+
+
+async def stop_grpc_server(
+    server: grpc.aio.Server, streams: OpenStreams | None, grace: float | None
+) -> None:
+    """Stop taking calls, end the open streams (``UNAVAILABLE``), let unary calls in flight finish
+    within ``grace`` seconds, then cancel whatever is left."""
+    if streams is not None:
+        streams.close()
+    await server.stop(grace)

@@ -38,6 +38,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -59,7 +60,11 @@ from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT_LOOP = ["uvloop"]  # of every server process, both kinds alike (--event-loop)
-METHOD = "/carico.v1.Aggregator/Exchange"
+METHODS = {
+    "unary": "/carico.v1.Aggregator/Exchange",
+    "stream": "/carico.v1.Aggregator/ExchangeStream",
+}
+METHOD = METHODS["unary"]
 LATE_S = 0.1
 
 
@@ -71,6 +76,15 @@ class _Empty(aggregator_pb2_grpc.AggregatorServicer):
         self, request: aggregator_pb2.LocalModel, context: grpc.aio.ServicerContext
     ) -> aggregator_pb2.GlobalModel:
         return aggregator_pb2.GlobalModel()
+
+    async def ExchangeStream(  # type: ignore[override]
+        self,
+        request_iterator: AsyncIterator[aggregator_pb2.LocalModel],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        # An echo: one empty reply per message, read and written as the aggregator's handler does.
+        while await context.read() is not grpc.aio.EOF:
+            await context.write(aggregator_pb2.GlobalModel())
 
 
 async def _serve_empty(address: str, conn: Connection) -> None:
@@ -493,11 +507,15 @@ def run_grpcload(
     warmup: float,
     duration: float,
     profile: str | None = None,
+    rpc: str = "unary",
 ) -> Run:
     server, here, port = _start_server(kind, workers, profile)
     load = subprocess.Popen(
         [
             str(GRPCLOAD_BIN),
+            *(["-stream"] if rpc == "stream" else []),
+            "-method",
+            METHODS[rpc],
             "-addr",
             f"127.0.0.1:{port}",
             "-data",
@@ -731,6 +749,69 @@ def summarise(runs: list[Run]) -> Summary:
     )
 
 
+def _measure(args: argparse.Namespace, rpc: str, fleet: int, workers: int, data: Path) -> float:
+    """Run one fleet size, layout and exchange kind against both servers; print their rows and
+    return the p99 ratio."""
+    runs: dict[str, list[Run]] = {"baseline": [], "aggregator": []}
+    # Alternate the two servers so that drifting load on the machine hits both alike.
+    for round_no in range(args.rounds):
+        for kind in runs:
+            profile = (
+                f"{args.profile}-{fleet}-{workers}-{rpc}-{round_no}.prof"
+                if args.profile and kind == "aggregator"
+                else None
+            )
+            if args.load == "python":
+                run = run_python(
+                    kind, workers, fleet, args.clients, args.warmup, args.duration, profile
+                )
+            elif args.load == "ghz":
+                run = run_ghz(kind, workers, fleet, data, args.warmup, args.duration, profile)
+            else:
+                run = run_grpcload(
+                    kind, workers, fleet, data, args.warmup, args.duration, profile, rpc
+                )
+            runs[kind].append(run)
+    base, real = summarise(runs["baseline"]), summarise(runs["aggregator"])
+    ratio = real.p99_ms / base.p99_ms
+    cpu_ratio = real.server_cpu_us / base.server_cpu_us
+    procs = "1" if workers == 1 else f"{workers}w"
+    for label, r, cpu_rel, rel in (
+        ("empty", base, 1.0, 1.0),
+        ("carico", real, cpu_ratio, ratio),
+    ):
+        print(
+            f"{fleet:>6} {procs:>5} {rpc:>6} {label:>7} {r.rate:>8.0f} {r.p50_ms:>8.2f} "
+            f"{r.p99_ms:>8.2f} {r.late:>6.1%} {r.errors:>6} {r.server_cpu_us:>7.0f} "
+            f"{cpu_rel:>8.2f} {r.lag_p99_ms:>8.2f} {r.load_cpu:>8.2f} {rel:>8.2f}",
+            flush=True,
+        )
+    for label, r in (("empty", base), ("carico", real)):
+        if r.codes:
+            why = {
+                "grpcload": "calls (or streamed messages) that failed in the measured window; "
+                "Canceled: not answered within the 10 s deadline",
+                "ghz": "ghz ends a run by closing its connections: calls still in "
+                "flight then, at most -c per run, come back Unavailable",
+                "python": "CANCELLED: still unanswered 15 s after the window, when the "
+                "client closed its channels",
+            }[args.load]
+            print(f"  note: {label} errors by status: {r.codes} ({why})")
+    work = [r.work for r in runs["aggregator"]]
+    calls = sum(w["calls"] for w in work)
+    recomputes = sum(w["recomputes"] for w in work)
+    print(
+        f"  carico's own work: {1e6 * sum(w['handler_s'] for w in work) / max(1, calls):.1f} us "
+        f"per exchange inside the handler (validation, store or forwarding); "
+        f"{1e3 * sum(w['recompute_s'] for w in work) / max(1, recomputes):.2f} ms per "
+        f"background recompute ({recomputes} recomputes)"
+    )
+    held = [r.senders for r in runs["aggregator"]]
+    if any(h != fleet for h in held):
+        print(f"  note: aggregator held {held} senders, expected {fleet}")
+    return ratio
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="500,1000,2000,3000,4000,5000")
@@ -754,6 +835,12 @@ def main() -> int:
     )
     parser.add_argument("--clients", type=int, default=2, help="client processes (--load python)")
     parser.add_argument(
+        "--rpc",
+        default="unary,stream",
+        help="exchange kinds to load, each against its own empty handler: unary (one Exchange "
+        "call per report) and/or stream (one ExchangeStream per node; --load grpcload only)",
+    )
+    parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default="uvloop",
@@ -766,6 +853,11 @@ def main() -> int:
     sizes = [int(s) for s in args.sizes.split(",")]
     EVENT_LOOP[0] = args.event_loop
     layouts = [int(w) for w in args.layouts.split(",")]
+    rpcs = args.rpc.split(",")
+    if not set(rpcs) <= set(METHODS):
+        parser.error(f"--rpc: choose from {', '.join(METHODS)}")
+    if "stream" in rpcs and args.load != "grpcload":
+        parser.error("--rpc stream needs --load grpcload")
     load = os.getloadavg()
     if args.load == "grpcload":
         ensure_grpcload()
@@ -776,20 +868,20 @@ def main() -> int:
     else:
         driver = f"{args.clients} Python client processes"
     print(
-        f"aggregator Exchange at 1 Hz per node, load from {driver}, "
+        f"aggregator exchanges at 1 Hz per node ({' and '.join(rpcs)}), load from {driver}, "
         f"servers on {args.event_loop}, "
         f"{args.rounds} x {args.duration:g} s measured per server and size "
         f"(each after {args.warmup:g} s warm-up); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
     )
     header = (
-        f"{'nodes':>6} {'procs':>5} {'server':>7} {'exch/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'late':>6} {'errors':>6} {'cpu us':>7} {'cpu/base':>8} {'lag99 ms':>8} "
+        f"{'nodes':>6} {'procs':>5} {'rpc':>6} {'server':>7} {'exch/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'late':>6} {'errors':>6} {'cpu us':>7} {'cpu/base':>8} {'lag99 ms':>8} "
         f"{'load cpu':>8} {'p99/base':>8}"
     )
     print(header)
     print("-" * len(header))
-    worst = dict.fromkeys(layouts, 0.0)
+    worst = {(rpc, w): 0.0 for rpc in rpcs for w in layouts}
     for fleet in sizes:
         data = ROOT / ".cache" / f"bench-aggregator-{fleet}.json"
         data.parent.mkdir(parents=True, exist_ok=True)
@@ -799,68 +891,17 @@ def main() -> int:
             data = data.with_suffix(".bin")
             grpcload_data(fleet, data)
         for workers in layouts:
-            runs: dict[str, list[Run]] = {"baseline": [], "aggregator": []}
-            # Alternate the two servers so that drifting load on the machine hits both alike.
-            for round_no in range(args.rounds):
-                for kind in runs:
-                    profile = (
-                        f"{args.profile}-{fleet}-{workers}-{round_no}.prof"
-                        if args.profile and kind == "aggregator"
-                        else None
-                    )
-                    if args.load == "python":
-                        run = run_python(
-                            kind, workers, fleet, args.clients, args.warmup, args.duration, profile
-                        )
-                    else:
-                        runner = run_grpcload if args.load == "grpcload" else run_ghz
-                        run = runner(
-                            kind, workers, fleet, data, args.warmup, args.duration, profile
-                        )
-                    runs[kind].append(run)
-            base, real = summarise(runs["baseline"]), summarise(runs["aggregator"])
-            ratio = real.p99_ms / base.p99_ms
-            cpu_ratio = real.server_cpu_us / base.server_cpu_us
-            worst[workers] = max(worst[workers], ratio)
-            procs = "1" if workers == 1 else f"{workers}w"
-            for label, r, cpu_rel, rel in (
-                ("empty", base, 1.0, 1.0),
-                ("carico", real, cpu_ratio, ratio),
-            ):
-                print(
-                    f"{fleet:>6} {procs:>5} {label:>7} {r.rate:>8.0f} {r.p50_ms:>8.2f} "
-                    f"{r.p99_ms:>8.2f} {r.late:>6.1%} {r.errors:>6} {r.server_cpu_us:>7.0f} "
-                    f"{cpu_rel:>8.2f} {r.lag_p99_ms:>8.2f} {r.load_cpu:>8.2f} {rel:>8.2f}",
-                    flush=True,
+            for rpc in rpcs:
+                worst[rpc, workers] = max(
+                    worst[rpc, workers], _measure(args, rpc, fleet, workers, data)
                 )
-            for label, r in (("empty", base), ("carico", real)):
-                if r.codes:
-                    why = {
-                        "grpcload": "calls that failed in the measured window; Canceled: "
-                        "not answered within the 10 s deadline",
-                        "ghz": "ghz ends a run by closing its connections: calls still in "
-                        "flight then, at most -c per run, come back Unavailable",
-                        "python": "CANCELLED: still unanswered 15 s after the window, when the "
-                        "client closed its channels",
-                    }[args.load]
-                    print(f"  note: {label} errors by status: {r.codes} ({why})")
-            work = [r.work for r in runs["aggregator"]]
-            calls = sum(w["calls"] for w in work)
-            recomputes = sum(w["recomputes"] for w in work)
-            print(
-                f"  carico's own work: {1e6 * sum(w['handler_s'] for w in work) / calls:.1f} us "
-                f"per call inside the handler (validation, store or forwarding); "
-                f"{1e3 * sum(w['recompute_s'] for w in work) / max(1, recomputes):.2f} ms per "
-                f"background recompute ({recomputes} recomputes)"
-            )
-            held = [r.senders for r in runs["aggregator"]]
-            if any(h != fleet for h in held):
-                print(f"  note: aggregator held {held} senders, expected {fleet}")
     load = os.getloadavg()
     print(
         f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at end; worst p99 ratio "
         + ", ".join(
-            f"{worst[w]:.2f} ({'1 process' if w == 1 else f'{w} workers'})" for w in layouts
+            f"{worst[rpc, w]:.2f} ({rpc}, {'1 process' if w == 1 else f'{w} workers'})"
+            for rpc in rpcs
+            for w in layouts
         )
         + " (target <= 3)"
     )

@@ -33,12 +33,26 @@ class AggregatorStub:
     def __new__(cls, channel: _aio.Channel) -> AggregatorAsyncStub: ...
     Exchange: _grpc.UnaryUnaryMultiCallable[_aggregator_pb2.LocalModel, _aggregator_pb2.GlobalModel]
     """Send this node's latest model; get the current global view back at once."""
+    ExchangeStream: _grpc.StreamStreamMultiCallable[_aggregator_pb2.LocalModel, _aggregator_pb2.GlobalModel]
+    """The same exchange over one long-lived stream per node: every LocalModel sent is answered by
+    exactly one GlobalModel, in order, at once (far cheaper per exchange than a unary call). A
+    refused model ends the stream with the status Exchange would have answered (INVALID_ARGUMENT
+    naming the problem, RESOURCE_EXHAUSTED, UNAVAILABLE); the sender opens a new stream on its
+    next round. An aggregator that is stopping ends its streams with UNAVAILABLE.
+    """
 
 @_typing.type_check_only
 class AggregatorAsyncStub(AggregatorStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Exchange: _aio.UnaryUnaryMultiCallable[_aggregator_pb2.LocalModel, _aggregator_pb2.GlobalModel]  # type: ignore[assignment]
     """Send this node's latest model; get the current global view back at once."""
+    ExchangeStream: _aio.StreamStreamMultiCallable[_aggregator_pb2.LocalModel, _aggregator_pb2.GlobalModel]  # type: ignore[assignment]
+    """The same exchange over one long-lived stream per node: every LocalModel sent is answered by
+    exactly one GlobalModel, in order, at once (far cheaper per exchange than a unary call). A
+    refused model ends the stream with the status Exchange would have answered (INVALID_ARGUMENT
+    naming the problem, RESOURCE_EXHAUSTED, UNAVAILABLE); the sender opens a new stream on its
+    next round. An aggregator that is stopping ends its streams with UNAVAILABLE.
+    """
 
 class AggregatorServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -48,5 +62,18 @@ class AggregatorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_aggregator_pb2.GlobalModel, _abc.Awaitable[_aggregator_pb2.GlobalModel]]:
         """Send this node's latest model; get the current global view back at once."""
+
+    @_abc_1.abstractmethod
+    def ExchangeStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_aggregator_pb2.LocalModel],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_aggregator_pb2.GlobalModel], _abc.AsyncIterator[_aggregator_pb2.GlobalModel]]:
+        """The same exchange over one long-lived stream per node: every LocalModel sent is answered by
+        exactly one GlobalModel, in order, at once (far cheaper per exchange than a unary call). A
+        refused model ends the stream with the status Exchange would have answered (INVALID_ARGUMENT
+        naming the problem, RESOURCE_EXHAUSTED, UNAVAILABLE); the sender opens a new stream on its
+        next round. An aggregator that is stopping ends its streams with UNAVAILABLE.
+        """
 
 def add_AggregatorServicer_to_server(servicer: AggregatorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

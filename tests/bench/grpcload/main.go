@@ -2,6 +2,14 @@
 // and prints how many calls were answered OK, their latency percentiles and the status codes of
 // the rest, as JSON.
 //
+// With -stream it drives a bidirectional streaming method instead, as agents holding one
+// long-lived stream each do: one stream per sender (message), spread round-robin over the
+// connections, each sending its sender's message on the same schedule as the unary calls would
+// (so every sender once per len(messages)/rate seconds) and expecting exactly one reply per
+// message, in order; the latency of a message is from its send to its reply. A stream that fails
+// counts every message still unanswered on it under the status it ended with and is reopened on
+// its sender's next turn.
+//
 // Written here rather than using ghz because a load generator that shares a 2-core machine with
 // the server under test must be cheap: ghz builds every request from a JSON template through
 // reflection and costs the machine several hundred microseconds of CPU per call, as much as the
@@ -15,6 +23,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"sort"
@@ -100,6 +109,110 @@ func percentile(sorted []time.Duration, p float64) float64 {
 	return float64(sorted[i]) / 1e6
 }
 
+// sendTurn is one scheduled message of a sender in stream mode.
+type sendTurn struct {
+	sequence uint64
+	due      time.Time
+}
+
+// inFlight is a streamed message waiting for its reply.
+type inFlight struct {
+	began, due time.Time
+}
+
+var streamDesc = grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+// senderStream is one sender's stream: open, and reopened on its next turn after it failed.
+type senderStream struct {
+	conn    *grpc.ClientConn
+	method  string
+	base    []byte
+	stream  grpc.ClientStream
+	cancel  context.CancelFunc
+	pending chan inFlight
+}
+
+// openStream opens a sender's stream and makes one exchange on it (sequence 0), waiting for the
+// reply, so that the server has the stream before any measured message.
+func openStream(conn *grpc.ClientConn, method string, base []byte) (*senderStream, error) {
+	s := &senderStream{conn: conn, method: method, base: base}
+	if err := s.open(); err != nil {
+		return s, err
+	}
+	body := message(base, 0, float64(time.Now().UnixNano())/1e9)
+	var reply []byte
+	if err := s.stream.SendMsg(&body); err != nil {
+		return s, err
+	}
+	return s, s.stream.RecvMsg(&reply)
+}
+
+func (s *senderStream) open() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := s.conn.NewStream(ctx, &streamDesc, s.method)
+	if err != nil {
+		cancel()
+		return err
+	}
+	s.stream, s.cancel = stream, cancel
+	return nil
+}
+
+// send sends the sender's messages as their turns come; a goroutine per stream (receive) reads
+// the replies and times each against the send it answers (replies come in order, one each).
+func (s *senderStream) send(turns <-chan sendTurn, wg *sync.WaitGroup,
+	outstanding *atomic.Int64, record func(began, due time.Time, took time.Duration, code string)) {
+	finish := func(f inFlight, took time.Duration, code string) {
+		record(f.began, f.due, took, code)
+		outstanding.Add(-1)
+		wg.Done()
+	}
+	for turn := range turns {
+		if s.pending == nil {
+			if s.stream == nil {
+				if err := s.open(); err != nil {
+					finish(inFlight{began: time.Now(), due: turn.due}, 0, status.Code(err).String())
+					continue
+				}
+			}
+			s.pending = make(chan inFlight, 1024)
+			go receive(s.stream, s.pending, finish)
+		}
+		body := message(s.base, turn.sequence, float64(time.Now().UnixNano())/1e9)
+		began := time.Now()
+		if err := s.stream.SendMsg(&body); err != nil {
+			// The stream is broken: the receiver reports its status for what is pending; this
+			// message never went out. Reopen on the next turn.
+			close(s.pending)
+			finish(inFlight{began: began, due: turn.due}, 0, "Unavailable")
+			s.cancel()
+			s.stream, s.pending = nil, nil
+			continue
+		}
+		s.pending <- inFlight{began: began, due: turn.due}
+	}
+}
+
+// receive reads the replies of one stream until it ends.
+func receive(stream grpc.ClientStream, pending <-chan inFlight,
+	finish func(f inFlight, took time.Duration, code string)) {
+	var reply []byte
+	for f := range pending {
+		if err := stream.RecvMsg(&reply); err != nil {
+			code := status.Code(err).String()
+			if err == io.EOF {
+				code = "Unavailable" // the server ended the stream with a message unanswered
+			}
+			finish(f, 0, code)
+			for rest := range pending {
+				finish(rest, 0, code)
+			}
+			return
+		}
+		finish(f, time.Since(f.began), "OK")
+	}
+}
+
 func main() {
 	addr := flag.String("addr", "", "server HOST:PORT")
 	method := flag.String("method", "/carico.v1.Aggregator/Exchange", "gRPC method path")
@@ -109,6 +222,7 @@ func main() {
 	duration := flag.Duration("duration", 4*time.Second, "measured time")
 	warmup := flag.Duration("warmup", time.Second, "unmeasured time first")
 	timeout := flag.Duration("timeout", 10*time.Second, "deadline of a call")
+	streamMode := flag.Bool("stream", false, "method is stream-stream: one stream per sender")
 	flag.Parse()
 	messages, err := readMessages(*data)
 	if err != nil {
@@ -140,6 +254,39 @@ func main() {
 	}
 	cancelReady()
 
+	// Stream mode: every sender's stream is open, and has carried one (unmeasured) exchange, before
+	// the schedule starts, as agents hold theirs: opening 5,000 streams is set-up, not load.
+	var streams []*senderStream
+	if *streamMode {
+		streams = make([]*senderStream, len(messages))
+		var primed sync.WaitGroup
+		var failed atomic.Int64
+		var firstErr atomic.Value
+		// A bounded number of openings at a time: a gRPC server cancels calls beyond the ones it
+		// holds waiting for its application (grpc-core's pending-request limit), and a burst of
+		// thousands of new streams on a busy server would overflow that.
+		opening := make(chan struct{}, 128)
+		for node := range streams {
+			primed.Add(1)
+			go func(node int) {
+				defer primed.Done()
+				opening <- struct{}{}
+				defer func() { <-opening }()
+				s, err := openStream(clients[node%len(clients)], *method, messages[node])
+				if err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+				streams[node] = s
+			}(node)
+		}
+		primed.Wait()
+		if n := failed.Load(); n > 0 {
+			fmt.Fprintf(os.Stderr, "%d streams could not be opened: %v\n", n, firstErr.Load())
+			os.Exit(1)
+		}
+	}
+
 	var mu sync.Mutex
 	var latencies []time.Duration
 	codes := map[string]int{}
@@ -152,6 +299,24 @@ func main() {
 	end := measureFrom.Add(*duration)
 	interval := time.Duration(float64(time.Second) / *rate)
 	total := int(float64(*warmup+*duration) / float64(interval))
+
+	// record counts one call (or streamed message) that began at began, due at due.
+	record := func(began, due time.Time, took time.Duration, code string) {
+		if began.Before(measureFrom) || !began.Before(end) {
+			return
+		}
+		mu.Lock()
+		sent++
+		if code == "OK" {
+			latencies = append(latencies, took)
+		} else {
+			codes[code]++
+		}
+		if began.Sub(due) > 100*time.Millisecond {
+			late++
+		}
+		mu.Unlock()
+	}
 
 	call := func(i int, due time.Time) {
 		defer wg.Done()
@@ -167,21 +332,18 @@ func main() {
 		if err != nil {
 			code = status.Code(err).String()
 		}
-		took := time.Since(began)
-		if began.Before(measureFrom) || !began.Before(end) {
-			return
+		record(began, due, time.Since(began), code)
+	}
+
+	// Stream mode: each sender's turns go to its own goroutine, which keeps one stream open.
+	var senders []chan sendTurn
+	if *streamMode {
+		senders = make([]chan sendTurn, len(messages))
+		for node := range senders {
+			// Buffered: the schedule never waits for a sender (a slow one falls behind: "late").
+			senders[node] = make(chan sendTurn, 64)
+			go streams[node].send(senders[node], &wg, &outstanding, record)
 		}
-		mu.Lock()
-		sent++
-		if code == "OK" {
-			latencies = append(latencies, took)
-		} else {
-			codes[code]++
-		}
-		if began.Sub(due) > 100*time.Millisecond {
-			late++
-		}
-		mu.Unlock()
 	}
 
 	// Tell the caller on stderr when the measured window opens and closes (it measures the
@@ -201,7 +363,11 @@ func main() {
 			}
 			wg.Add(1)
 			outstanding.Add(1)
-			go call(i, due)
+			if senders != nil {
+				senders[i%len(messages)] <- sendTurn{sequence: uint64(i/len(messages) + 1), due: due}
+			} else {
+				go call(i, due)
+			}
 			i++
 		}
 		time.Sleep(time.Millisecond)
