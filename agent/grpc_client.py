@@ -7,7 +7,11 @@ and a failed channel is closed and rebuilt so no stale connection state survives
 
 * :class:`ExchangeClient` sends the local model every ``interval`` seconds and hands each valid
   global model to ``on_global``; while the aggregator is unreachable the pipeline simply keeps using
-  its local model.
+  its local model. It keeps one ``ExchangeStream`` open (one message and one reply per round, far
+  cheaper for the aggregator than a call each) and reopens it when it ends (an aggregator that
+  stops ends it with ``UNAVAILABLE``, a refused model with the refusal). An aggregator without
+  the stream (``UNIMPLEMENTED``: an older version) gets unary ``Exchange`` calls instead, the
+  same round, and the stream is tried again ``stream_retry`` seconds later.
 * :class:`CapacityReporter` keeps one ``Report`` stream open and sends the latest report whenever
   :meth:`CapacityReporter.publish` is called (every batch, and at once on a mode change). Reports
   produced while disconnected are not queued: only the newest unsent one goes out on reconnection
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Callable
 
 import grpc
@@ -27,6 +33,8 @@ from agent.backoff import Backoff
 from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc, capacity_pb2, capacity_pb2_grpc
 
 log = logging.getLogger(__name__)
+
+ExchangeCall = grpc.aio.StreamStreamCall[aggregator_pb2.LocalModel, aggregator_pb2.GlobalModel]
 
 
 def open_channel(
@@ -44,7 +52,7 @@ def open_channel(
 
 
 class ExchangeClient:
-    """Periodic ``Aggregator.Exchange``."""
+    """Periodic model exchange: over one ``Aggregator.ExchangeStream``, else ``Exchange`` calls."""
 
     def __init__(
         self,
@@ -56,6 +64,8 @@ class ExchangeClient:
         interval: float = 5.0,
         timeout: float = 2.0,
         backoff: Backoff | None = None,
+        stream_retry: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = target
         self._build = build
@@ -64,11 +74,21 @@ class ExchangeClient:
         self.interval = interval
         self.timeout = timeout
         self.backoff = backoff or Backoff(initial=min(1.0, interval), maximum=max(30.0, interval))
+        self.stream_retry = stream_retry
+        self._clock = clock
+        self._call: ExchangeCall | None = None
+        self._unary_until = -math.inf  # the aggregator lacked the stream: unary until then
         self.exchanges = 0
         self.errors = 0
+        self.streams = 0  # streams opened
         self.connected = False
         self.waiting_for_model = False
         self.last_delay = 0.0
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the next exchange goes over the stream (False: unary calls for now)."""
+        return self._clock() >= self._unary_until
 
     async def exchange_once(self, channel: grpc.aio.Channel) -> bool:
         """One exchange; True on success (raises nothing)."""
@@ -77,14 +97,20 @@ class ExchangeClient:
             self.waiting_for_model = True
             return True
         self.waiting_for_model = False
-        stub = aggregator_pb2_grpc.AggregatorStub(channel)
         try:
-            reply = await stub.Exchange(message, timeout=self.timeout)
+            reply = None
+            if self.streaming:
+                reply = await self._over_stream(channel, message)
+            if reply is None:
+                stub = aggregator_pb2_grpc.AggregatorStub(channel)
+                reply = await stub.Exchange(message, timeout=self.timeout)
         except (TimeoutError, grpc.aio.AioRpcError) as exc:
             self.errors += 1
             self.connected = False
+            self.drop_stream()
             code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else "timeout"
-            log.warning("model exchange with %s failed: %s", self.target, code)
+            detail = f" ({exc.details()})" if isinstance(exc, grpc.aio.AioRpcError) else ""
+            log.warning("model exchange with %s failed: %s%s", self.target, code, detail)
             return False
         self.exchanges += 1
         self.connected = True
@@ -93,6 +119,49 @@ class ExchangeClient:
         except ValueError as exc:
             log.warning("refusing the global model from %s: %s", self.target, exc)
         return True
+
+    async def _over_stream(
+        self, channel: grpc.aio.Channel, message: aggregator_pb2.LocalModel
+    ) -> aggregator_pb2.GlobalModel | None:
+        """The reply over the stream, or None when the aggregator has no stream (fall back)."""
+        call = self._call
+        if call is not None and call.done():
+            # Ended between rounds: the aggregator stopped, or restarted. A new stream, quietly.
+            log.info("exchange stream to %s ended: %s", self.target, await call.code())
+            call = None
+        if call is None:
+            call = self._call = aggregator_pb2_grpc.AggregatorStub(channel).ExchangeStream()
+            self.streams += 1
+        try:
+            async with asyncio.timeout(self.timeout):
+                await call.write(message)
+                reply = await call.read()
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                raise
+            self.drop_stream()
+            self._unary_until = self._clock() + self.stream_retry
+            log.info(
+                "aggregator %s has no exchange stream: unary calls for %.0f s",
+                self.target,
+                self.stream_retry,
+            )
+            return None
+        if reply is grpc.aio.EOF:  # ended without answering: counts as a failed exchange
+            raise grpc.aio.AioRpcError(
+                await call.code(),
+                grpc.aio.Metadata(),
+                grpc.aio.Metadata(),
+                await call.details() or "exchange stream ended without a reply",
+            )
+        assert isinstance(reply, aggregator_pb2.GlobalModel)
+        return reply
+
+    def drop_stream(self) -> None:
+        """Cancel the open stream (if any); the next exchange opens a new one."""
+        if self._call is not None:
+            self._call.cancel()
+            self._call = None
 
     async def run(self) -> None:
         channel = open_channel(self.target, self._credentials, self.backoff.maximum)
@@ -110,6 +179,7 @@ class ExchangeClient:
                 self.last_delay = delay
                 await asyncio.sleep(delay)
         finally:
+            self.drop_stream()
             await channel.close()
 
 

@@ -2,7 +2,8 @@
 
 Starts the gRPC server, the ops HTTP endpoint (/metrics, /healthz, /readyz), the background tasks
 and, with ``--parent``, the link to a parent aggregator. SIGTERM and SIGINT stop it cleanly: the
-server stops taking calls, in-flight ones finish, and the final checkpoint is written. With
+server stops taking calls, in-flight ones finish, open ``ExchangeStream`` streams end with
+``UNAVAILABLE`` (their agents reconnect), and the final checkpoint is written. With
 ``--workers`` above 1 the gRPC server is that many worker processes in front of this one
 (``merger``); should they keep failing, the command stops and exits 1.
 """
@@ -22,7 +23,13 @@ from pathlib import Path
 import grpc
 
 from aggregator.grpc_client import ClientTls, ParentLink
-from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_grpc_server
+from aggregator.grpc_server import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    OpenStreams,
+    ServerTls,
+    start_grpc_server,
+    stop_grpc_server,
+)
 from aggregator.merger import Merger
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
@@ -139,7 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0,
         type=non_negative_int,
         help="calls in flight (per worker process) beyond which new ones get RESOURCE_EXHAUSTED "
-        "at once; 0: no limit",
+        "at once; an agent's open exchange stream counts as one for as long as it is open, so "
+        "this also caps the streaming agents per process; 0: no limit",
     )
     ckpt = parser.add_argument_group("checkpoint")
     add_env_argument(
@@ -240,6 +248,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     await service.start()
     tls = ServerTls(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None
     server: grpc.aio.Server | None = None
+    streams = OpenStreams()
     merger: Merger | None = None
     # 0 stands for the CPUs this process may use, so the documented default is machine-free.
     workers = args.workers or len(os.sched_getaffinity(0))
@@ -266,6 +275,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 tls=tls,
                 max_message_bytes=args.max_message_bytes,
                 max_concurrent_rpcs=args.max_concurrent_rpcs or None,
+                streams=streams,
             )
             metrics.workers.set(1)
     except (OSError, RuntimeError, ValueError) as exc:
@@ -322,7 +332,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                 await link_task
             await link.close()
         if server is not None:
-            await server.stop(grace=2.0)
+            await stop_grpc_server(server, streams, 2.0)
         if merger is not None:
             await merger.stop()
         await service.stop()

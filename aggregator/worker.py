@@ -1,4 +1,5 @@
-"""One worker process of a multi-process aggregator: serves ``Exchange`` on the shared port.
+"""One worker process of a multi-process aggregator: serves ``Exchange`` and ``ExchangeStream``
+on the shared port.
 
 A single Python process saturates at roughly 3,000 gRPC calls a second even with an empty handler
 (the time goes to grpc.aio's own machinery, not to the aggregator's work), so a large fleet is
@@ -33,7 +34,13 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from aggregator.grpc_server import DEFAULT_MAX_MESSAGE_BYTES, ServerTls, start_grpc_server
+from aggregator.grpc_server import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    OpenStreams,
+    ServerTls,
+    start_grpc_server,
+    stop_grpc_server,
+)
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import ExchangeRefused, invalid
 from aggregator.validate import ValidationError, validate_local_model
@@ -62,7 +69,7 @@ class WorkerConfig:
     batch_delay: float = 0.005  # seconds a model may wait before its batch goes to the merger
     batch_size: int = 256  # models per batch at most
     report_interval: float = 0.5  # seconds between metrics reports
-    grace: float = 2.0  # seconds in-flight calls get to finish on stop
+    grace: float = 2.0  # seconds in-flight calls get to finish on stop (streams end at once)
     event_loop: str = "asyncio"  # or "uvloop"
 
 
@@ -190,6 +197,7 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
     # The first message is the current state: never answer with anything older.
     front.apply(await loop.run_in_executor(None, conn.recv))
     loop.add_reader(conn.fileno(), front.on_readable)
+    streams = OpenStreams()
     try:
         server, port = await start_grpc_server(
             front,
@@ -198,6 +206,7 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
             max_message_bytes=config.max_message_bytes,
             max_concurrent_rpcs=config.max_concurrent_rpcs,
             reuse_port=True,
+            streams=streams,
         )
     except (OSError, RuntimeError, ValueError) as exc:
         front._send(("failed", f"{type(exc).__name__}: {exc}"))
@@ -212,7 +221,7 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
 
     reporter = asyncio.create_task(report_loop())
     await front.stopping.wait()
-    await server.stop(grace=config.grace)
+    await stop_grpc_server(server, streams, config.grace)
     reporter.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await reporter
