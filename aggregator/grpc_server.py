@@ -1,17 +1,27 @@
-"""The gRPC transport of the aggregator: serves ``carico.v1.Aggregator/Exchange`` (grpc.aio).
+"""The gRPC transport of the aggregator: serves ``carico.v1.Aggregator`` (grpc.aio).
 
-The method is registered by hand instead of through the generated servicer so that the reply goes
-out as the service's cached, already serialised bytes (no per-call serialisation) and so that a
-request that does not even parse is answered ``INVALID_ARGUMENT`` like any other bad model.
-Oversized messages are refused by gRPC itself (``RESOURCE_EXHAUSTED``) through
-``grpc.max_receive_message_length``.
+Two methods with one front: ``Exchange`` (unary: a model in, the global model out) and
+``ExchangeStream`` (one long-lived stream per agent: every model read is answered by exactly one
+global model, in order). Both parse, validate, answer and count each model alike (one exchange
+outcome and one latency observation per model); a refused model ends a stream with the status the
+unary call would have got, so an agent sees the same ``INVALID_ARGUMENT`` either way. The stream
+exists because grpc.aio spends several times more CPU per unary call than per message on an open
+stream, which decides how many agents one machine can serve.
 
-The handler serves any *front*: the single-process ``AggregatorService``, or a
+The methods are registered by hand instead of through the generated servicer so that the reply
+goes out as the service's cached, already serialised bytes (no per-call serialisation) and so that
+a request that does not even parse is answered ``INVALID_ARGUMENT`` like any other bad model.
+Oversized messages are refused by gRPC itself (``RESOURCE_EXHAUSTED``, which also ends a stream)
+through ``grpc.max_receive_message_length``. Stopping (:func:`stop_grpc_server`) ends the open
+streams at once with ``UNAVAILABLE``, their agents open new ones, while unary calls in flight get
+the grace period.
+
+The handlers serve any *front*: the single-process ``AggregatorService``, or a
 ``worker.WorkerFront`` of a multi-process aggregator, whose answer may have to wait for the merger
 (an awaitable).
 
 Neighbours: ``service`` and ``worker`` do the work; ``grpc_client`` is the other end of a parent
-link; ``cli`` and ``worker`` start this server.
+link (unary: one call a second); ``cli`` and ``worker`` start this server.
 """
 
 from __future__ import annotations

@@ -1,27 +1,35 @@
-"""Aggregator load benchmark: simulated agents calling ``Exchange`` at 1 Hz each, on loopback.
+"""Aggregator load benchmark: simulated agents exchanging models at 1 Hz each, on loopback.
 
-For every fleet size N and process layout, the same load runs against two servers, each fresh in
-its own process(es) and alternating over ``--rounds``: an empty gRPC handler (it returns an empty
-``GlobalModel``: the cost of gRPC itself, the baseline) and the real aggregator (validation,
-store, cached reply, background recompute, metrics). The layouts (``--layouts``): ``1``, one
-process, and ``N``, N gRPC processes sharing the port through SO_REUSEPORT — for the aggregator
-``--workers N``, i.e. N workers plus the merger that holds the store; for the baseline N empty
-servers. The load comes from ``grpcload`` (``grpcload/``, Go, built on first use into
-``.cache/bin``): N distinct ``LocalModel`` messages, one per node, sent round-robin at N calls/s
-over 32 connections, so every node reports once a second, each report newer than the last.
-``--load ghz`` uses ghz instead (dearer in CPU per call), ``--load python`` grpc.aio client
-processes (dearer still). Every run has an unmeasured warm-up first.
+Two kinds of exchange (``--rpc``, both by default): ``unary``, one ``Exchange`` call per report,
+and ``stream``, one long-lived ``ExchangeStream`` per node carrying one message (and one reply) per
+report, as the agents do. For every fleet size N, process layout and kind, the same load runs
+against two servers, each fresh in its own process(es) and alternating over ``--rounds``: an empty
+gRPC handler of the same kind (the baseline: the cost of gRPC itself; for unary a handler that
+returns an empty ``GlobalModel``, for streams an echo that answers every message with one) and
+the real aggregator (validation, store, cached reply, background recompute, metrics). The layouts
+(``--layouts``): ``1``, one process, and ``N``, N gRPC processes sharing the port through
+SO_REUSEPORT — for the aggregator ``--workers N``, i.e. N workers plus the merger that holds the
+store; for the baseline N empty servers. The load comes from ``grpcload`` (``grpcload/``, Go,
+built on first use into ``.cache/bin``): N distinct ``LocalModel`` messages, one per node. Unary:
+sent round-robin at N calls/s over 32 connections, so every node reports once a second, each
+report newer than the last. Stream: N streams spread over the same 32 connections, all opened
+(and primed with one exchange) before the schedule starts, each sending its node's report once a
+second on the same schedule and timing each message from its send to its reply. ``--load ghz``
+uses ghz instead (dearer in CPU per call), ``--load python`` grpc.aio client processes (dearer
+still); both only for unary. Every run has an unmeasured warm-up first.
 
-Printed per fleet size and layout: achieved exchanges/s (answered OK), p50/p99 latency seen by the
-client (the median of the rounds' figures, so that one round caught by a stall of the machine
-does not decide it), the fraction of calls that started more than 100 ms behind schedule, failed
-calls, the server's CPU time per exchange over the measured window, all its processes together
-(``cpu us``; robust on a shared machine, where other work inflates latencies but not this CPU
-time) and its ratio to the baseline's, the p99 of the main server process's event-loop lag, the
-cores the load generator used meanwhile (it shares the machine with the server), and p99 as a
-ratio of the baseline's p99. Target: 5,000 nodes at 1 Hz with p99 <= 3x baseline.
+Printed per fleet size, layout and kind: achieved exchanges/s (answered OK), p50/p99 latency seen
+by the client (the median of the rounds' figures, so that one round caught by a stall of the
+machine does not decide it), the fraction of reports sent more than 100 ms behind schedule, failed
+exchanges, the server's CPU time per exchange over the measured window, all its processes
+together (``cpu us``; robust on a shared machine, where other work inflates latencies but not this
+CPU time) and its ratio to the baseline's, the p99 of the main server process's event-loop lag,
+the cores the load generator used meanwhile (it shares the machine), and p99 as a ratio of the
+baseline's p99. Target: 5,000 nodes at 1 Hz with p99 <= 3x baseline; the agents use the stream,
+so the stream rows are the ones that count.
 
     python tests/bench/bench_aggregator.py [--sizes 1000,5000] [--layouts 1,2] [--rounds 3]
+        [--rpc unary,stream]
 """
 
 from __future__ import annotations
