@@ -128,7 +128,6 @@ class OpenStreams:
     def __init__(self) -> None:
         self.closing = False
         self.waiting: set[asyncio.Task[Any]] = set()  # handlers awaiting their next message
-        self.count = 0  # streams open now
 
     def close(self) -> None:
         self.closing = True
@@ -148,11 +147,12 @@ def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.
     one = _exchange_one(front)
     read_eof = grpc.aio.EOF
     waiting = streams.waiting
+    metrics = front.metrics
 
     async def exchange_stream(_: object, context: grpc.aio.ServicerContext) -> None:
         task = asyncio.current_task()
         assert task is not None
-        streams.count += 1
+        metrics.streams += 1
         try:
             while not streams.closing:
                 waiting.add(task)
@@ -168,7 +168,7 @@ def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.
                 raise  # gRPC cancelled the call (the peer went away, or the grace ran out)
             task.uncancel()
         finally:
-            streams.count -= 1
+            metrics.streams -= 1
         await context.abort(grpc.StatusCode.UNAVAILABLE, _STOPPING)
 
     return grpc.stream_stream_rpc_method_handler(exchange_stream)

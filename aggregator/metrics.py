@@ -1,8 +1,9 @@
 """Prometheus metrics of the aggregator (``carico_aggregator_*``), in a registry of their own so
 that several aggregators (in tests, a tree in one process) never collide.
 
-The two metrics touched on every ``Exchange`` (the outcome counter and the latency histogram) are
-plain Python counters exported by a custom collector at scrape time: prometheus_client's own
+The two metrics touched on every exchanged model (the outcome counter and the latency histogram),
+and the count of open exchange streams, are plain Python counters exported by a custom collector
+at scrape time: prometheus_client's own
 ``inc``/``observe`` take a lock each and cost several microseconds, which at thousands of calls a
 second is a measurable share of the call. Everything runs on the event loop, so no lock is needed.
 
@@ -18,7 +19,7 @@ from bisect import bisect_left
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 OUTCOMES = ("accepted", "stale", "invalid", "over_capacity")
@@ -55,8 +56,8 @@ class LatencyHistogram:
 
 
 # What a worker reports: its outcome counts, latency bucket counts and latency sum, all totals
-# since the worker started.
-WorkerReport = tuple[dict[str, int], list[int], float]
+# since the worker started, and the exchange streams open on it now.
+WorkerReport = tuple[dict[str, int], list[int], float, int]
 
 
 class WorkerTotals:
@@ -72,6 +73,7 @@ class WorkerTotals:
             dict.fromkeys(OUTCOMES, 0),
             [0] * (len(LATENCY_BUCKETS) + 1),
             0.0,
+            0,
         )
 
     def report(self, worker: int, report: WorkerReport) -> None:
@@ -81,7 +83,8 @@ class WorkerTotals:
         """Keep the last totals of ``worker``, which has exited."""
         gone = self._live.pop(worker, None)
         if gone is not None:
-            self._retired = _sum_reports((self._retired, gone))
+            counts, buckets, total, _ = gone  # its streams ended with it
+            self._retired = _sum_reports((self._retired, (counts, buckets, total, 0)))
 
     def calls(self) -> dict[int, int]:
         """Calls each live worker has reported so far (its latency observations)."""
@@ -94,38 +97,47 @@ class WorkerTotals:
 def _sum_reports(reports: tuple[WorkerReport, ...]) -> WorkerReport:
     counts = dict.fromkeys(OUTCOMES, 0)
     latency = LatencyHistogram()
-    for outcome_counts, buckets, total in reports:
+    streams = 0
+    for outcome_counts, buckets, total, open_streams in reports:
         for outcome, n in outcome_counts.items():
             counts[outcome] = counts.get(outcome, 0) + n
         latency.add(buckets, total)
-    return counts, latency.counts, latency.sum
+        streams += open_streams
+    return counts, latency.counts, latency.sum, streams
 
 
 class _HotPathCollector(Collector):
-    def __init__(
-        self, counts: dict[str, int], latency: LatencyHistogram, workers: WorkerTotals
-    ) -> None:
-        self._counts = counts
-        self._latency = latency
-        self._workers = workers
+    def __init__(self, metrics: AggregatorMetrics) -> None:
+        self._metrics = metrics
 
-    def collect(self) -> Iterator[CounterMetricFamily | HistogramMetricFamily]:
-        counts, buckets, total = _sum_reports(
-            ((self._counts, self._latency.counts, self._latency.sum), self._workers.total())
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
+        own = self._metrics
+        counts, buckets, total, streams = _sum_reports(
+            (
+                (own.exchanges, own.exchange_latency.counts, own.exchange_latency.sum, own.streams),
+                own.worker_totals.total(),
+            )
         )
-        latency = LatencyHistogram(self._latency.bounds)
+        latency = LatencyHistogram(own.exchange_latency.bounds)
         latency.add(buckets, total)
         exchanges = CounterMetricFamily(
-            "carico_aggregator_exchanges", "Exchange calls by outcome", labels=["outcome"]
+            "carico_aggregator_exchanges",
+            "Exchanged models (unary calls and stream messages) by outcome",
+            labels=["outcome"],
         )
         for outcome, value in counts.items():
             exchanges.add_metric([outcome], float(value))
         yield exchanges
         yield HistogramMetricFamily(
             "carico_aggregator_exchange_latency_seconds",
-            "Time spent handling an Exchange call inside the server",
+            "Time spent handling an exchanged model inside the server",
             buckets=latency.cumulative(),
             sum_value=latency.sum,
+        )
+        yield GaugeMetricFamily(
+            "carico_aggregator_streams",
+            "Exchange streams open now (agents connected over a stream)",
+            value=float(streams),
         )
 
 
@@ -144,10 +156,9 @@ class AggregatorMetrics:
         )
         self.exchanges: dict[str, int] = dict.fromkeys(OUTCOMES, 0)
         self.exchange_latency = LatencyHistogram()
+        self.streams = 0  # exchange streams open in this process
         self.worker_totals = WorkerTotals()
-        self.registry.register(
-            _HotPathCollector(self.exchanges, self.exchange_latency, self.worker_totals)
-        )
+        self.registry.register(_HotPathCollector(self))
         self.global_model_age = Gauge(
             "carico_aggregator_global_model_age_seconds",
             "Seconds since the served global model was computed (NaN before the first one)",

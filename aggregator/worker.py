@@ -139,7 +139,9 @@ class WorkerFront:
         # Models first: once the merger has a report, it has every model counted in it.
         self.flush()
         latency = self.metrics.exchange_latency
-        self._send(("metrics", (dict(self.metrics.exchanges), list(latency.counts), latency.sum)))
+        metrics = self.metrics
+        report = (dict(metrics.exchanges), list(latency.counts), latency.sum, metrics.streams)
+        self._send(("metrics", report))
 
     def _send(self, message: tuple[Any, ...]) -> None:
         # A blocking write: should the merger fall behind, the workers slow down with it instead

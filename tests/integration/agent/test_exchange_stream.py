@@ -169,7 +169,7 @@ async def test_a_stopping_aggregator_ends_the_stream_and_the_agent_reconnects() 
         async with aggregator(port) as (first, _, server, streams):
             await wait_for(lambda: agent.client.exchanges >= 2)
             await stop_grpc_server(server, streams, 5.0)
-            assert streams.count == 0  # ended by the stop, not left to the grace period
+            assert first.metrics.streams == 0  # ended by the stop, not left to the grace period
             sent = agent.sequence
         async with aggregator(port) as (second, _, _, _):
             await wait_for(lambda: second.store.get("node-a") is not None)

@@ -1,7 +1,8 @@
 """``ExchangeStream`` on real servers (one process, and worker processes) with real clients: the
 same global model as unary ``Exchange``, exactly one reply per message, a refused model ends the
 stream with the unary call's status and leaves the state alone, the metrics count every message,
-the size and concurrency limits hold, and stopping the server ends the streams with UNAVAILABLE."""
+the size and concurrency limits hold, ``carico_aggregator_streams`` tells the streams open, and
+stopping the server ends the streams with UNAVAILABLE."""
 
 import asyncio
 import math
@@ -37,6 +38,19 @@ async def _close(channels: list[grpc.aio.Channel]) -> None:
 
 async def _status(call: grpc.aio.Call) -> tuple[grpc.StatusCode, str]:
     return await call.code(), await call.details()
+
+
+def _open_streams(service: AggregatorService) -> float | None:
+    """``carico_aggregator_streams`` as scraped."""
+    return service.metrics.registry.get_sample_value("carico_aggregator_streams")
+
+
+async def _until_open_streams(service: AggregatorService, n: int) -> None:
+    # Workers report their counts every 20 ms; the bound only guards against a hang.
+    deadline = asyncio.get_running_loop().time() + 10.0
+    while _open_streams(service) != n:
+        assert asyncio.get_running_loop().time() < deadline, _open_streams(service)
+        await asyncio.sleep(0.01)
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -224,7 +238,7 @@ async def test_stopping_the_server_ends_open_streams_with_unavailable(make_local
         for i, call in enumerate(calls):
             await call.write(make_local(f"n{i}", rng.uniform(size=(2, 5))))
             assert isinstance(await call.read(), aggregator_pb2.GlobalModel)
-        assert streams.count == 3
+        assert _open_streams(service) == 3
         # A grace far longer than the test may take: the idle streams must end at once, not
         # when it runs out (the bound below only guards against a hang).
         await asyncio.wait_for(stop_grpc_server(server, streams, 600.0), 60.0)
@@ -233,7 +247,7 @@ async def test_stopping_the_server_ends_open_streams_with_unavailable(make_local
                 await call.read()
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
             assert info.value.details() == "the aggregator is stopping"
-        assert streams.count == 0
+        assert _open_streams(service) == 0
     finally:
         await _close(channels)
         await service.stop()
@@ -251,6 +265,7 @@ async def test_stopping_the_workers_ends_open_streams_with_unavailable(
         for i, call in enumerate(calls):
             await call.write(make_local(f"n{i}", rng.uniform(size=(2, 5))))
             assert isinstance(await call.read(), aggregator_pb2.GlobalModel)
+        await _until_open_streams(agg.service, CONNECTIONS)  # the sum over both workers
         await agg.merger.stop()
         for call in calls:
             assert await _status(call) == (
@@ -260,3 +275,4 @@ async def test_stopping_the_workers_ends_open_streams_with_unavailable(
     finally:
         await _close(channels)
     assert len(agg.service.store) == CONNECTIONS  # every model reached the store before the end
+    assert _open_streams(agg.service) == 0  # the workers' last reports: no stream left open
