@@ -36,7 +36,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from aggregator.service import AggregatorService, ExchangeRefused
-from aggregator.worker import WorkerConfig, worker_main
+from aggregator.worker import WorkerConfig, watch_pipe, worker_main
 from protos.carico.v1 import aggregator_pb2
 
 log = logging.getLogger("carico.aggregator")
@@ -157,7 +157,7 @@ class Merger:
         worker = _Worker(index, process, here, loop.create_future())
         self._workers[index] = worker
         here.send(("state", self._state_number, *self._state()))
-        loop.add_reader(here.fileno(), self._on_readable, worker)
+        watch_pipe(here, self._on_readable, worker)
         loop.add_reader(process.sentinel, self._on_exit, worker)
         try:
             await asyncio.wait_for(asyncio.shield(worker.ready), self.start_timeout)

@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -198,7 +199,7 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
     front = WorkerFront(conn, config)
     # The first message is the current state: never answer with anything older.
     front.apply(await loop.run_in_executor(None, conn.recv))
-    loop.add_reader(conn.fileno(), front.on_readable)
+    watch_pipe(conn, front.on_readable)
     streams = OpenStreams()
     try:
         server, port = await start_grpc_server(
@@ -232,6 +233,18 @@ async def serve_worker(config: WorkerConfig, conn: Connection) -> int:
     loop.remove_reader(conn.fileno())
     conn.close()
     return 0
+
+
+def watch_pipe(conn: Connection, callback: Callable[..., None], *args: Any) -> None:
+    """Call ``callback(*args)`` on the running loop whenever ``conn`` has something to read.
+
+    The pipe stays blocking: uvloop (libuv) switches a watched descriptor to non-blocking mode,
+    and then a send into a full pipe fails with EAGAIN and a message that arrives in parts fails
+    half read — both taken for the other end being gone — where the design is that a busy merger
+    slows its workers down (both sides' sends wait) and a read takes a whole message.
+    """
+    asyncio.get_running_loop().add_reader(conn.fileno(), callback, *args)
+    os.set_blocking(conn.fileno(), True)
 
 
 def worker_main(config: WorkerConfig, conn: Connection) -> None:
