@@ -115,6 +115,10 @@ async def test_mtls_accepts_signed_clients_and_refuses_the_rest(
     good = agg.stub(grpc_channel_credentials(pki["ca"], pki["cli_crt"], pki["cli_key"]))
     reply = await good.Exchange(make_local("n1", rng.uniform(size=(2, 4))), timeout=5)
     assert reply.aggregator == "secure"
+    stream = good.ExchangeStream()  # the agents' stream goes through the same credentials
+    await stream.write(make_local("n1", rng.uniform(size=(2, 4)), sequence=2, timestamp=1001.0))
+    assert (await stream.read()).aggregator == "secure"
+    stream.cancel()
     refused = {
         "no certificate": grpc_channel_credentials(pki["ca"]),
         "other CA": grpc_channel_credentials(pki["ca"], pki["rogue_crt"], pki["rogue_key"]),
@@ -123,9 +127,16 @@ async def test_mtls_accepts_signed_clients_and_refuses_the_rest(
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await agg.stub(creds).Exchange(make_local("n2", rng.uniform(size=(2, 4))), timeout=5)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE, label
+        stream = agg.stub(creds).ExchangeStream(timeout=5)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stream.write(make_local("n2", rng.uniform(size=(2, 4))))
+            await stream.read()
+        assert info.value.code() == grpc.StatusCode.UNAVAILABLE, label
     with pytest.raises(grpc.aio.AioRpcError):  # plaintext to a TLS port
         await agg.stub().Exchange(make_local("n3", rng.uniform(size=(2, 4))), timeout=5)
+    await agg.outcomes(2)  # both models counted: with workers, both reached the store too
     assert [e.node for e in agg.service.store.entries()] == ["n1"]
+    assert agg.service.store.get("n1").sequence == 2  # the streamed model arrived
 
 
 @pytest.mark.parametrize("workers", [1, 2], ids=["1-process", "2-workers"])
