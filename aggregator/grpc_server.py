@@ -116,6 +116,9 @@ def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
     return grpc.unary_unary_rpc_method_handler(_exchange_one(front))
 
 
+_STOPPING = "the aggregator is stopping"
+
+
 class OpenStreams:
     """The ``ExchangeStream`` calls of one server, so that stopping it can end them at once.
 
@@ -133,9 +136,6 @@ class OpenStreams:
         self.closing = True
         for task in list(self.waiting):
             task.cancel(_STOPPING)
-
-
-_STOPPING = "the aggregator is stopping"
 
 
 def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.RpcMethodHandler:
