@@ -12,6 +12,11 @@ sum_c max(0, [c counts] - pi_c) * pods_c + sum over groups of nodes x best patte
 is valid for any pi >= 0, so it holds even when time runs out before the column generation
 converges. This LP is far stronger than the per-node capacity rows for
 bin-packing-like problems, which is what lets the place phases be proven optimal quickly.
+A group whose maximal patterns are few enough to list (``patterns``) is priced exactly by a scan
+of them instead; once no pattern of any group prices out, the LP value itself (settled-tier
+floors included) is the bound. An LP dive then looks for an integer packing: round a fractional
+column up, price again, until the LP is integral (on 8-32 identical nodes with four pods per node
+it meets the bound's floor, a proof, in a fraction of a second to a few seconds).
 Pure: the clock is a parameter.
 """
 

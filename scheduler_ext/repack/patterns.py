@@ -85,9 +85,9 @@ def maximal_patterns(
         if maximal.any():
             found.append(counts[maximal])
         addable &= index[None, :] >= last[:, None]  # each multiset in one order only
-        state, cls = np.nonzero(addable)
-        if len(state) > max_states or clock() > until:
+        if np.count_nonzero(addable) > max_states or clock() > until:
             return None
+        state, cls = np.nonzero(addable)
         counts = counts[state]
         counts[np.arange(len(state)), cls] += 1
         room = room[state] - req[cls]

@@ -9,10 +9,14 @@ because they cannot change its objectives, which keeps the early phases small.
 Every phase starts from an incumbent: the previous phase's solution completed for the new tier by
 the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
-phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
-not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
-tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
-when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
+phase is proven without calling CP-SAT. A place phase of the class formulation first gets the
+pattern-LP bound of ``bounds`` when every node group's maximal patterns can be listed
+(``patterns``; about four pods per node): priced exactly, that LP bounds the phase tightly, and in
+the first tier its dive packs to the bound, which proves the phase at once. Otherwise, or when
+that does not prove it, a place phase that CP-SAT does not prove quickly (on 12 nodes or more:
+before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), then the pattern-LP
+bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
+from the generated patterns. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut.
@@ -433,6 +437,9 @@ class _Phases:
         columns: dict[Any, list[dict[int, int]]] = {}
         packing_of = pattern_solution if maximise else disruption_solution
         dived: list[Assignment] = []
+        # the dive moves pods freely: its packing cannot meet the disruption settled for a
+        # higher tier (and dives are not cheap), so only the first tier's place phase dives
+        dive = not any(f.kind == "disruption" for f in fixes)
         if maximise:
             bound = placement_bound(
                 problem,
@@ -444,7 +451,7 @@ class _Phases:
                 target=target,
                 columns=columns,
                 listed_only=first,
-                packings=dived,
+                packings=dived if dive else None,
                 seed=self.options.seed,
             )
         else:
