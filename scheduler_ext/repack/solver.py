@@ -75,7 +75,7 @@ QUICK_DISRUPT_SHARE = 0.3
 PACK_SHARE = 0.2
 # a place phase of the class formulation first spends up to this share of its time on the
 # pattern LP bound and its dive
-PATTERN_SHARE = 0.5
+PATTERN_SHARE = 0.8
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
