@@ -12,12 +12,18 @@ sum_c max(0, [c counts] - pi_c) * pods_c + sum over groups of nodes x best patte
 is valid for any pi >= 0, so it holds even when time runs out before the column generation
 converges. This LP is far stronger than the per-node capacity rows for
 bin-packing-like problems, which is what lets the place phases be proven optimal quickly.
+A group whose maximal patterns are few enough to list (``patterns``) is priced exactly by a scan
+of them instead; once no pattern of any group prices out, the LP value itself (settled-tier
+floors included) is the bound. An LP dive then looks for an integer packing: round a fractional
+column up, price again, until the LP is integral (on 8-32 identical nodes with four pods per node
+it meets the bound's floor, a proof, in a fraction of a second to a few seconds).
 Pure: the clock is a parameter.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -25,9 +31,15 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.classes import Assignment, Problem
+from scheduler_ext.repack.patterns import MAX_STATES, GroupPatterns, group_patterns
 
 PRICE_SCALE = 10_000
 EXACT_EVERY = 6
+# LP dives a packing search tries at most (the first deterministic, the others randomised)
+DIVES = 20
+# states a pattern enumeration may hold per second of the bound's time (measured: about 400 000
+# states per second on a loaded 2-core machine, so the listing takes at most about half the time)
+STATES_PER_SECOND = 200_000
 
 
 GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
@@ -247,6 +259,10 @@ def placement_bound(
     clock: Callable[[], float],
     target: int | None = None,
     columns: dict[GroupKey, list[dict[int, int]]] | None = None,
+    exact: bool = True,
+    listed_only: bool = False,
+    packings: list[Assignment] | None = None,
+    seed: int = 0,
 ) -> int | None:
     """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
 
@@ -254,6 +270,11 @@ def placement_bound(
     higher tiers. ``starts``: feasible assignments whose nodes seed the patterns. ``target``: the
     value to prove (the incumbent's); the search stops as soon as the bound reaches it.
     ``columns`` collects the generated patterns per node group (for ``pattern_solution``).
+    ``exact``: groups whose maximal patterns can be listed (``patterns``) are priced by a scan
+    of them, so the bound is the pattern LP's exact value; with ``listed_only`` the bound is
+    None unless every group is (the knapsack pricing would be too slow). ``packings``: when
+    the bound is above ``target``, an LP dive appends its integer packing (if it finds one
+    placing more).
     """
     deadline = clock() + seconds
     active = problem.active(tier)
@@ -283,6 +304,9 @@ def placement_bound(
             objective.SetCoefficient(placed[c], 1)
     objective.SetMaximization()
 
+    # every column's (group, pattern, variable), for the dive
+    added_columns: list[tuple[GroupKey, dict[int, int], Any]] = []
+
     def add_column(key: GroupKey, pattern: dict[int, int]) -> bool:
         var = pool.new(key, pattern, lp.infinity())
         if var is None:
@@ -290,56 +314,187 @@ def placement_bound(
         group_rows[key].SetCoefficient(var, 1)
         for c, count in pattern.items():
             class_rows[c].SetCoefficient(var, -count)
+        added_columns.append((key, pattern, var))
         return True
 
     node_key = {n: key for key, members in groups.items() for n in members}
     for x in starts:
         for n in range(len(problem.node_names)):
             add_column(node_key[n], {c: x[c][n] for c in active if x[c][n]})
+    # groups whose maximal patterns are few enough to list: priced exactly by a scan
+    listed: dict[GroupKey, GroupPatterns] = {}
+    states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
+    for key in groups if exact or listed_only else ():
+        listing = group_patterns(problem, active, key[0], key[1], states, deadline, clock)
+        if listing is not None:
+            listed[key] = listing
+        elif listed_only:
+            return None
     best_bound = math.inf
     total = sum(problem.classes[c].total for c in active if problem.classes[c].priority >= tier)
-    rounds = 0
-    while True:
-        if lp.Solve() != pywraplp.Solver.OPTIMAL:
-            return None
-        rounds += 1
-        value = objective.Value()
-        duals = {c: max(0.0, class_rows[c].dual_value()) for c in active}
-        mus = {key: max(0.0, group_rows[key].dual_value()) for key in groups}
-        elig = {key: [c for c, ok in zip(active, key[1], strict=True) if ok] for key in groups}
-        if clock() >= deadline:
-            return _floor(best_bound)
-        # cheap columns first; the exact (slow) pricing, which also yields the Farley bound,
-        # only when they run dry or every EXACT_EVERY rounds
-        added = False
-        for key in groups:
-            for pat in _greedy_patterns(problem, elig[key], key[0], duals):
-                if sum(duals[c] * k for c, k in pat.items()) > mus[key] + 1e-7:
-                    added |= add_column(key, pat)
-        if added and rounds % EXACT_EVERY:
-            continue
-        # Lagrangian bound for these (clamped, so possibly not exactly optimal) multipliers:
-        # valid for any pi >= 0, with the settled-tier floors dropped (a relaxation)
-        farley = sum(
-            max(0.0, (1.0 if problem.classes[c].priority >= tier else 0.0) - duals[c])
-            * problem.classes[c].total
-            for c in active
+    elig = {key: [c for c, ok in zip(active, key[1], strict=True) if ok] for key in groups}
+
+    def converge(root: bool) -> float | None:
+        """Column generation until no column improves the LP: its value, or None when the LP
+        is infeasible or time runs out. At the root it also tightens ``best_bound``."""
+        nonlocal best_bound
+        rounds = 0
+        while True:
+            if lp.Solve() != pywraplp.Solver.OPTIMAL:
+                return None
+            rounds += 1
+            value = objective.Value()
+            duals = {c: max(0.0, class_rows[c].dual_value()) for c in active}
+            mus = {key: max(0.0, group_rows[key].dual_value()) for key in groups}
+            if clock() >= deadline:
+                return None
+            # cheap columns first; the exact (slow) pricing, which also yields the Farley bound,
+            # only when they run dry or every EXACT_EVERY rounds
+            added = False
+            for key in groups:
+                if key in listed:
+                    continue  # its exact pricing is cheap
+                for pat in _greedy_patterns(problem, elig[key], key[0], duals):
+                    if sum(duals[c] * k for c, k in pat.items()) > mus[key] + 1e-7:
+                        added |= add_column(key, pat)
+            if added and rounds % EXACT_EVERY:
+                continue
+            # Lagrangian bound for these (clamped, so possibly not exactly optimal) multipliers:
+            # valid for any pi >= 0, with the settled-tier floors dropped (a relaxation)
+            optimal = True
+            farley = sum(
+                max(0.0, (1.0 if problem.classes[c].priority >= tier else 0.0) - duals[c])
+                * problem.classes[c].total
+                for c in active
+            )
+            for key, members in groups.items():
+                if key in listed:
+                    better, upper = listed[key].price(duals, mus[key])
+                    for column in better:
+                        added |= add_column(key, column)
+                    farley += len(members) * max(0.0, upper)
+                    optimal &= upper <= mus[key] + 1e-7
+                    continue
+                left = deadline - clock()
+                if left <= 0:
+                    return None
+                pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5), clock)
+                farley += len(members) * max(0.0, upper)
+                optimal &= upper <= mus[key] + 1e-7
+                if (
+                    pattern is not None
+                    and sum(duals[c] * k for c, k in pattern.items()) > mus[key] + 1e-7
+                ):
+                    added |= add_column(key, pattern)
+            if root:
+                # no pattern of any group prices out (proven by the pricing's upper bounds):
+                # the LP is optimal over every column, floors included, so its value bounds too
+                best_bound = min(best_bound, farley, total, value if optimal else math.inf)
+                if target is not None and _floor(best_bound) == target:
+                    return value
+                if best_bound - value < 1e-6:
+                    return value
+            if not added:
+                return value
+
+    converge(True)
+    bound = _floor(best_bound)
+    if packings is not None and bound is not None and (target is None or bound > target):
+        found = _dive(
+            problem,
+            converge,
+            added_columns,
+            placed,
+            bound,
+            -1 if target is None else target,
+            deadline,
+            clock,
+            seed,
         )
-        for key, members in groups.items():
-            left = deadline - clock()
-            if left <= 0:
-                return _floor(best_bound)
-            pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5), clock)
-            farley += len(members) * max(0.0, upper)
-            if (
-                pattern is not None
-                and sum(duals[c] * k for c, k in pattern.items()) > mus[key] + 1e-7
-            ):
-                added |= add_column(key, pattern)
-        best_bound = min(best_bound, farley, total)
-        proven = target is not None and _floor(best_bound) == target
-        if proven or not added or best_bound - value < 1e-6:
-            return _floor(best_bound)
+        if found is not None:
+            packings.append(_assign(problem, groups, *found))
+    return bound
+
+
+def _dive(
+    problem: Problem,
+    converge: Callable[[bool], float | None],
+    added_columns: list[tuple[GroupKey, dict[int, int], Any]],
+    placed: dict[int, Any],
+    bound: int,
+    floor: int,
+    deadline: float,
+    clock: Callable[[], float],
+    seed: int,
+) -> tuple[dict[GroupKey, list[dict[int, int]]], dict[int, int]] | None:
+    """An integer pattern choice placing more than ``floor`` pods, by LP diving: round one
+    fractional column up, price again, repeat until the LP is integral; a dive whose LP can no
+    longer beat the best found stops, and the next one breaks ties at random. Stops at
+    ``bound`` (then it is optimal), after DIVES dives or at ``deadline``. Returns the patterns
+    chosen per group and the pods placed per class."""
+    rng = random.Random(seed)
+    best: tuple[dict[GroupKey, list[dict[int, int]]], dict[int, int]] | None = None
+    for attempt in range(DIVES):
+        for _, _, var in added_columns:
+            var.SetLb(0)
+        while clock() < deadline:
+            value = converge(False)
+            if value is None or math.floor(value + 1e-6) <= floor:
+                break
+            level = [var.solution_value() for _, _, var in added_columns]
+            fractional = [
+                (v - math.floor(v) + (0.5 * rng.random() if attempt else 0.0), i)
+                for i, v in enumerate(level)
+                if abs(v - round(v)) > 1e-6
+            ]
+            if not fractional:
+                floor = round(value)
+                chosen: dict[GroupKey, list[dict[int, int]]] = {}
+                for (key, pattern, _), v in zip(added_columns, level, strict=True):
+                    chosen.setdefault(key, []).extend([pattern] * round(v))
+                best = chosen, {c: round(var.solution_value()) for c, var in placed.items()}
+                break
+            _, i = max(fractional)
+            added_columns[i][2].SetLb(math.floor(level[i]) + 1)
+        if floor >= bound or clock() >= deadline:
+            break
+    return best
+
+
+def _assign(
+    problem: Problem,
+    groups: dict[GroupKey, list[int]],
+    chosen: dict[GroupKey, list[dict[int, int]]],
+    placed: dict[int, int],
+) -> Assignment:
+    """Counts per node from the patterns ``chosen`` per group, with ``placed`` pods per class
+    (patterns may over-supply a class). Each pattern goes to the free node of its group where
+    the most of its pods already run (greedy; a minimum-move labelling would refine it)."""
+    x = [[0] * len(problem.node_names) for _ in problem.classes]
+    left = dict(placed)
+    for key, members in groups.items():
+        patterns = chosen.get(key, [])
+        free = list(members)
+        pairs = sorted(
+            (
+                -sum(min(k, problem.classes[c].current[n]) for c, k in pat.items()),
+                j,
+                n,
+            )
+            for j, pat in enumerate(patterns)
+            for n in members
+        )
+        done: set[int] = set()
+        for _, j, n in pairs:
+            if j in done or n not in free:
+                continue
+            done.add(j)
+            free.remove(n)
+            for c, k in patterns[j].items():
+                take = min(k, left[c])
+                x[c][n] += take
+                left[c] -= take
+    return x
 
 
 def _floor(value: float) -> int | None:
@@ -388,33 +543,12 @@ def pattern_solution(
     solver.parameters.num_workers = workers
     if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None
-    x = [[0] * len(problem.node_names) for _ in problem.classes]
-    left = {c: int(solver.value(placed[c])) for c in active}
-    for key, members in groups.items():
-        chosen = [
+    chosen = {
+        key: [
             dict(pat)
             for i, pat in enumerate(columns.get(key, []))
             for _ in range(int(solver.value(use[key, i])))
         ]
-        free = list(members)
-        # greedy matching: the pattern/node pair keeping the most running pods first
-        pairs = sorted(
-            (
-                -sum(min(k, problem.classes[c].current[n]) for c, k in pat.items()),
-                j,
-                n,
-            )
-            for j, pat in enumerate(chosen)
-            for n in members
-        )
-        done: set[int] = set()
-        for _, j, n in pairs:
-            if j in done or n not in free:
-                continue
-            done.add(j)
-            free.remove(n)
-            for c, k in chosen[j].items():
-                take = min(k, left[c])  # patterns may over-supply a class
-                x[c][n] += take
-                left[c] -= take
-    return x
+        for key in groups
+    }
+    return _assign(problem, groups, chosen, {c: int(solver.value(placed[c])) for c in active})

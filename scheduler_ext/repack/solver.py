@@ -9,10 +9,14 @@ because they cannot change its objectives, which keeps the early phases small.
 Every phase starts from an incumbent: the previous phase's solution completed for the new tier by
 the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
-phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
-not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
-tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
-when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
+phase is proven without calling CP-SAT. A place phase of the class formulation first gets the
+pattern-LP bound of ``bounds`` when every node group's maximal patterns can be listed
+(``patterns``; about four pods per node): priced exactly, that LP bounds the phase tightly, and in
+the first tier its dive packs to the bound, which proves the phase at once. Otherwise, or when
+that does not prove it, a place phase that CP-SAT does not prove quickly (on 12 nodes or more:
+before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), then the pattern-LP
+bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
+from the generated patterns. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut.
@@ -69,6 +73,9 @@ QUICK_SHARE = 0.15
 # a disrupt phase of the class formulation first searches for this share of its time
 QUICK_DISRUPT_SHARE = 0.3
 PACK_SHARE = 0.2
+# a place phase of the class formulation first spends up to this share of its time on the
+# pattern LP bound and its dive
+PATTERN_SHARE = 0.8
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
@@ -162,6 +169,8 @@ class _Phases:
         self.index = 0
         self.reports: list[PhaseReport] = []
         self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
+        # the last place phase's pattern-LP bound: (tier, bound)
+        self._bounded: tuple[int, int | None] | None = None
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -304,6 +313,21 @@ class _Phases:
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
+        if use_patterns and best is not None:
+            # the pattern LP first: on interchangeable nodes it bounds the phase exactly enough
+            # to prove it, and its dive usually packs to that bound faster than any search
+            starts = [x for x in (best, hint) if x is not None]
+            starts.append(_restrict(problem, current_assignment(problem), tier))
+            upper, packed = self._patterns(
+                tier, True, fixes, starts, PATTERN_SHARE * seconds, value(best), deadline, True
+            )
+            if upper is not None:
+                bound = min(bound, upper)
+            best = hint = better(packed, best) or best
+            if value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return best, bound, True
+            cut = bound
         # large clusters: the quick search almost never proves a place phase there, so LNS
         # comes first (on small ones the quick search often proves it outright)
         lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
@@ -399,20 +423,48 @@ class _Phases:
         seconds: float,
         target: int | None,
         deadline: float,
+        first: bool = False,
     ) -> tuple[int | None, Assignment | None]:
         """The pattern-LP bound of a phase (upper on placed pods, or lower on disruption) and
         the price-and-branch assignment from its patterns when the bound does not prove
-        ``target`` (None when it does not meet the fixes)."""
+        ``target`` (None when it does not meet the fixes); for a place phase, the best of that
+        and the pattern LP's dive. ``first``: a place phase's early call, which gives up unless
+        every node group's patterns can be listed (then the bound is reused later)."""
         problem = self.problem
+        if maximise and self._bounded is not None and self._bounded[0] == tier:
+            return self._bounded[1], None  # computed already (first) in this place phase
         floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
         columns: dict[Any, list[dict[int, int]]] = {}
-        bound_of = placement_bound if maximise else disruption_bound
         packing_of = pattern_solution if maximise else disruption_solution
-        bound = bound_of(
-            problem, tier, floors, starts, seconds, self.clock, target=target, columns=columns
-        )
+        dived: list[Assignment] = []
+        # the dive moves pods freely: its packing cannot meet the disruption settled for a
+        # higher tier (and dives are not cheap), so only the first tier's place phase dives
+        dive = not any(f.kind == "disruption" for f in fixes)
+        if maximise:
+            bound = placement_bound(
+                problem,
+                tier,
+                floors,
+                starts,
+                seconds,
+                self.clock,
+                target=target,
+                columns=columns,
+                listed_only=first,
+                packings=dived if dive else None,
+                seed=self.options.seed,
+            )
+        else:
+            bound = disruption_bound(
+                problem, tier, floors, starts, seconds, self.clock, target=target, columns=columns
+            )
+        if maximise and bound is not None:
+            self._bounded = (tier, bound)
         if bound is not None and bound == target:
             return bound, None
+        dived = [x for x in dived if _satisfies(problem, x, fixes, tier)]
+        if dived and _placed(problem, dived[0], tier) == bound:
+            return bound, dived[0]  # the dive met the bound: no packing can do better
         packed = packing_of(
             problem,
             tier,
@@ -422,7 +474,10 @@ class _Phases:
             self.options.workers,
         )
         if packed is None or not _satisfies(problem, packed, fixes, tier):
-            return bound, None
+            packed = None
+        for x in dived:
+            if packed is None or _key(problem, x, tier) > _key(problem, packed, tier):
+                packed = x
         return bound, packed
 
     def _report(

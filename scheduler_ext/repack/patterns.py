@@ -1,0 +1,120 @@
+"""Every maximal node pattern of a group of interchangeable nodes, for exact pattern pricing.
+
+A *pattern* is a multiset of pod classes that fits one node of a group (counts per class at most
+the class's pods, every resource within the group's free capacity); it is *maximal* when no pod
+of any class with pods left over fits beside it. On a group of interchangeable nodes the place
+phase is a max-cardinality vector bin packing: choose a pattern per node. Every pattern is
+contained in a maximal one and the pattern LP lets a pattern over-supply a class, so the maximal
+patterns are all the pattern LP of ``bounds`` ever needs. When they are few (about four pods per
+node: hundreds to a few thousand on 8-16 nodes) they are enumerated once, and pricing a column
+becomes one matrix-vector product over them, exact and far cheaper than a knapsack search per
+group and round; past a cap (eight pods per node explodes) the caller keeps the knapsack pricing.
+
+The enumeration grows the multisets one pod at a time, level by level, with numpy: a state is a
+multiset whose classes are added in nondecreasing index order (so each multiset is met once),
+and a state no class can be added to is maximal. Hand-written because no library at hand
+enumerates maximal multi-dimensional knapsack fillings; numpy keeps it to milliseconds.
+Pure. Neighbours: ``bounds`` (the pattern LP that prices with these), ``solver``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from scheduler_ext.repack.classes import Problem
+
+# most states (partial multisets) one level may hold; past it the group is not enumerated
+# (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
+MAX_STATES = 200_000
+# columns added to the master LP per group and pricing round (the best by reduced cost)
+TOP_COLUMNS = 8
+
+
+@dataclass(frozen=True)
+class GroupPatterns:
+    """The maximal patterns of one node group: ``counts[i, j]`` = pods of class
+    ``classes[j]`` in pattern i."""
+
+    classes: tuple[int, ...]
+    counts: np.ndarray
+
+    def pattern(self, i: int) -> dict[int, int]:
+        row = self.counts[i]
+        return {self.classes[j]: int(row[j]) for j in np.flatnonzero(row)}
+
+    def price(self, duals: dict[int, float], mu: float) -> tuple[list[dict[int, int]], float]:
+        """The patterns of positive reduced cost under class duals ``duals`` and group dual
+        ``mu`` (best first, at most TOP_COLUMNS), and the exact best pattern value."""
+        if not len(self.counts):
+            return [], 0.0
+        pi = np.array([duals.get(c, 0.0) for c in self.classes], dtype=np.float32)
+        values = self.counts @ pi
+        k = min(TOP_COLUMNS, len(values))
+        top = np.argpartition(-values, k - 1)[:k]
+        top = top[np.argsort(-values[top])]
+        chosen = [self.pattern(int(i)) for i in top if values[i] > mu + 1e-7]
+        return chosen, float(values[top[0]])
+
+
+def maximal_patterns(
+    requests: Sequence[Sequence[int]],
+    limits: Sequence[int],
+    cap: Sequence[int],
+    max_states: int = MAX_STATES,
+    until: float = float("inf"),
+    clock: Callable[[], float] = lambda: 0.0,
+) -> np.ndarray | None:
+    """All maximal patterns (rows of counts aligned with ``requests``), or None when a level
+    would exceed ``max_states`` states or ``clock()`` passes ``until``."""
+    k = len(requests)
+    req = np.asarray(requests, dtype=np.int64).reshape(k, len(cap))
+    most = np.asarray(limits, dtype=np.int64)
+    index = np.arange(k)
+    counts = np.zeros((1, k), dtype=np.int16)
+    room = np.maximum(np.asarray(cap, dtype=np.int64), 0)[None, :]
+    last = np.zeros(1, dtype=np.int64)
+    found: list[np.ndarray] = []
+    while len(counts):
+        addable = counts < most[None, :]
+        for r in range(req.shape[1]):
+            addable &= room[:, r, None] >= req[None, :, r]
+        maximal = ~addable.any(axis=1)
+        if maximal.any():
+            found.append(counts[maximal])
+        addable &= index[None, :] >= last[:, None]  # each multiset in one order only
+        if np.count_nonzero(addable) > max_states or clock() > until:
+            return None
+        state, cls = np.nonzero(addable)
+        counts = counts[state]
+        counts[np.arange(len(state)), cls] += 1
+        room = room[state] - req[cls]
+        last = cls
+    return np.concatenate(found) if found else np.zeros((0, k), dtype=np.int16)
+
+
+def group_patterns(
+    problem: Problem,
+    active: Sequence[int],
+    cap: Sequence[int],
+    eligible: Sequence[bool],
+    max_states: int = MAX_STATES,
+    until: float = float("inf"),
+    clock: Callable[[], float] = lambda: 0.0,
+) -> GroupPatterns | None:
+    """The maximal patterns of a node group with free capacity ``cap`` over the ``active``
+    classes flagged ``eligible`` there, or None when there are too many."""
+    members = tuple(c for c, ok in zip(active, eligible, strict=True) if ok)
+    counts = maximal_patterns(
+        [problem.classes[c].requests for c in members],
+        [problem.classes[c].total for c in members],
+        cap,
+        max_states,
+        until=until,
+        clock=clock,
+    )
+    if counts is None:
+        return None
+    return GroupPatterns(members, counts.astype(np.float32))

@@ -1,0 +1,179 @@
+"""Maximal pattern listing, exact pattern pricing and the pattern LP's dive, against brute force
+and the CP-SAT class model on small seeded instances."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections.abc import Sequence
+
+import pytest
+from ortools.sat.python import cp_model
+from repack_builders import simple_snapshot
+
+from scheduler_ext.repack.bounds import placement_bound
+from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
+    build_problem,
+    current_assignment,
+    feasible,
+)
+from scheduler_ext.repack.generator import Cell, instances
+from scheduler_ext.repack.model import Fix, build_phase_model
+from scheduler_ext.repack.patterns import maximal_patterns
+from scheduler_ext.repack.solver import SolveOptions, solve
+
+MB = 1_000_000
+
+
+def _brute_maximal(
+    requests: Sequence[Sequence[int]], limits: Sequence[int], cap: Sequence[int]
+) -> set[tuple[int, ...]]:
+    def fits(counts: tuple[int, ...]) -> bool:
+        return all(
+            sum(k * req[r] for k, req in zip(counts, requests, strict=True)) <= cap[r]
+            for r in range(len(cap))
+        )
+
+    out = set()
+    for counts in itertools.product(*(range(m + 1) for m in limits)):
+        if not fits(counts):
+            continue
+        grown = (
+            tuple(k + (j == i) for j, k in enumerate(counts))
+            for i in range(len(counts))
+            if counts[i] < limits[i]
+        )
+        if not any(fits(g) for g in grown):
+            out.add(counts)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_maximal_patterns_match_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    k = rng.randint(2, 5)
+    requests = [(rng.randint(100, 900), rng.randint(100, 900), 1) for _ in range(k)]
+    limits = [rng.randint(1, 4) for _ in range(k)]
+    cap = (rng.randint(1000, 2500), rng.randint(1000, 2500), 110)
+    found = maximal_patterns(requests, limits, cap)
+    assert found is not None
+    rows = [tuple(int(v) for v in row) for row in found]
+    assert len(rows) == len(set(rows))  # each multiset once
+    assert set(rows) == _brute_maximal(requests, limits, cap)
+
+
+def test_maximal_patterns_give_up_past_the_state_cap() -> None:
+    requests = [(10 + i, 10 + i, 1) for i in range(8)]
+    cap = (100, 100, 110)
+    assert maximal_patterns(requests, [3] * 8, cap, max_states=50) is None
+    assert maximal_patterns(requests, [3] * 8, cap, max_states=10**5) is not None
+
+
+def _optimum(problem: Problem, tier: int, fixes: Sequence[Fix] = ()) -> int:
+    """Most pods placeable at priority >= ``tier``, proven by CP-SAT on the class model."""
+    pm = build_phase_model("classes", problem, tier, fixes, not fixes)
+    pm.model.maximize(pm.placed_ge(tier))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 2
+    solver.parameters.random_seed = 0
+    solver.parameters.max_time_in_seconds = 60
+    assert solver.solve(pm.model) == cp_model.OPTIMAL
+    return round(solver.objective_value)
+
+
+def _placed(problem: Problem, x: Assignment, tier: int) -> int:
+    return sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier)
+
+
+SMALL = [(Cell(4, 4, 100, 1), s) for s in range(3)] + [
+    pytest.param(Cell(6, 4, 100, 1), s, marks=pytest.mark.slow) for s in range(3)
+]
+
+
+@pytest.mark.parametrize(("cell", "index"), SMALL)
+def test_dive_packs_to_the_proven_optimum(cell: Cell, index: int) -> None:
+    problem = build_problem(instances(cell, 3)[index][1])
+    tier = problem.tiers[0]
+    best = _optimum(problem, tier)
+    packings: list[Assignment] = []
+    # no incumbent (target None): the dive must find a packing on its own
+    bound = placement_bound(
+        problem, tier, [], [current_assignment(problem)], 30.0, time.monotonic, packings=packings
+    )
+    assert bound is not None and bound >= best
+    assert len(packings) == 1
+    x = packings[0]
+    assert feasible(problem, x)
+    # on these instances the pattern LP has no integrality gap and the dive reaches it
+    assert _placed(problem, x, tier) == best == bound
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_exact_pricing_gives_the_knapsack_priced_bound(index: int) -> None:
+    problem = build_problem(instances(Cell(8, 4, 100, 1), 2)[index][1])
+    tier = problem.tiers[0]
+    starts = [current_assignment(problem)]
+    listed = placement_bound(problem, tier, [], starts, 30.0, time.monotonic)
+    priced = placement_bound(problem, tier, [], starts, 30.0, time.monotonic, exact=False)
+    assert listed is not None and listed == priced
+
+
+def test_listed_only_gives_up_when_a_group_has_too_many_patterns() -> None:
+    # 8 small pods per node: past the state cap for so short a time
+    problem = build_problem(instances(Cell(8, 8, 95, 1), 1)[0][1])
+    tier = problem.tiers[0]
+    starts = [current_assignment(problem)]
+    assert (
+        placement_bound(problem, tier, [], starts, 0.01, time.monotonic, listed_only=True) is None
+    )
+
+
+def test_two_node_groups_and_settled_tier_floors() -> None:
+    # two node sizes (two groups); priority 10 pods must keep their 3 placed
+    nodes = [("big-0", 2000, 2000 * MB), ("big-1", 2000, 2000 * MB), ("small-0", 1000, 1000 * MB)]
+    pods = [
+        ("a0", 900, 900 * MB, "big-0", 10),
+        ("a1", 900, 900 * MB, "big-1", 10),
+        ("a2", 900, 900 * MB, "small-0", 10),
+        ("b0", 600, 500 * MB, "big-0", 0),
+        ("b1", 600, 500 * MB, "big-1", 0),
+        ("b2", 600, 500 * MB, None, 0),
+        ("c0", 400, 500 * MB, "big-0", 0),
+        ("c1", 400, 500 * MB, None, 0),
+        ("c2", 400, 500 * MB, None, 0),
+        ("d0", 1100, 300 * MB, None, 0),
+    ]
+    problem = build_problem(simple_snapshot(nodes, pods))
+    best = _optimum(problem, 0, [Fix("placed", 10, ">=", 3)])
+    assert best < _optimum(problem, 0)  # the floor matters here
+    packings: list[Assignment] = []
+    bound = placement_bound(
+        problem,
+        0,
+        [(10, 3)],
+        [current_assignment(problem)],
+        30.0,
+        time.monotonic,
+        packings=packings,
+    )
+    # exact pricing: the LP's own value (with the floor) is the bound, not only Farley's
+    assert bound == best
+    assert packings and feasible(problem, packings[0])
+    assert _placed(problem, packings[0], 10) >= 3
+    assert _placed(problem, packings[0], 0) == best
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(2))
+def test_solver_proves_the_place_phase_by_the_pattern_lp(index: int) -> None:
+    snap = instances(Cell(6, 4, 100, 1), 3)[index][1]
+    problem = build_problem(snap)
+    best = _optimum(problem, problem.tiers[0])
+    plan = solve(snap, SolveOptions(time_limit=20, workers=2))
+    place = [ph for ph in plan.phases if ph.phase == "place"][0]
+    assert place.status == "OPTIMAL" and place.value == best
+    if plan.status != "NO_IMPROVEMENT":  # a returned plan passed the checker
+        assert sum(plan.after.placed_by_priority.values()) == best
