@@ -48,7 +48,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
-from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, build_phase_model
+from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, PhaseModels
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -162,6 +162,7 @@ class _Phases:
         self.index = 0
         self.reports: list[PhaseReport] = []
         self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
+        self.models = PhaseModels(options.formulation, problem)
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -197,7 +198,7 @@ class _Phases:
         if self._built is not None and self._built[0] == key and not maximise:
             pm = self._built[1]
         else:
-            pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+            pm = self.models.build(tier, fixes, symmetry)
             if cut is not None and maximise:
                 pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
             if maximise and self.options.tie_break:
