@@ -136,6 +136,17 @@ def _refill(
     stays: list[cp_model.IntVar] = []
     pool = {c: problem.classes[c].total - sum(x[c]) + sum(x[c][n] for n in chosen) for c in own}
     movable = {c: [n for n in chosen if n in problem.classes[c].eligible] for c in settled}
+    # pods of a settled class beyond those staying where they run, on the chosen nodes; only
+    # classes with some take part (the others' terms below are all zero)
+    extra = {
+        c: sum(
+            x[c][k] - problem.classes[c].current[k]
+            for k in movable[c]
+            if x[c][k] >= problem.classes[c].current[k]
+        )
+        for c in settled
+    }
+    settled = [c for c in settled if extra[c]]
     for n in chosen:
         room = [
             problem.capacity[n][r]
@@ -153,15 +164,10 @@ def _refill(
                 ]
         rows: list[list[cp_model.LinearExprT]] = [[] for _ in room]
         for c in settled:
-            extra = sum(
-                x[c][k] - problem.classes[c].current[k]
-                for k in movable[c]
-                if x[c][k] >= problem.classes[c].current[k]
-            )
-            if n not in movable[c] or x[c][n] < problem.classes[c].current[n] or not extra:
+            if n not in movable[c] or x[c][n] < problem.classes[c].current[n]:
                 continue
             most = min(
-                [extra]
+                [extra[c]]
                 + [max(0, room[r]) // q for r, q in enumerate(problem.classes[c].requests) if q]
             )
             v[c, n] = m.new_int_var(0, max(0, most), f"w{c}_{n}")

@@ -112,6 +112,7 @@ class ClassModel(PhaseModel):
         self.x: dict[tuple[int, int], cp_model.IntVar] = {}
         self.stay: dict[tuple[int, int], cp_model.IntVar] = {}
         evicted_of: dict[int, cp_model.IntVar] = {}
+        self.evicted = evicted_of  # class -> its running pods left unplaced
         # per node, the (class, x, upper bound) on it in class order: the capacity rows and the
         # cardinality cuts below read these instead of scanning every class per node
         on_node: list[list[tuple[int, cp_model.IntVar, int]]] = [[] for _ in nodes]
@@ -294,6 +295,10 @@ class ClassModel(PhaseModel):
             self.model.add_hint(var, x[c][n])
         for (c, n), var in self.stay.items():
             self.model.add_hint(var, min(x[c][n], self.problem.classes[c].current[n]))
+        # a complete hint: CP-SAT takes it as a first solution at once instead of completing
+        # it by search after presolve (measured: 0.2 s on 32 nodes)
+        for c, var in self.evicted.items():
+            self.model.add_hint(var, max(0, self.problem.classes[c].n_running - sum(x[c])))
 
     def read(self, solver: cp_model.CpSolver) -> Assignment:
         out = [[0] * len(self.problem.node_names) for _ in self.problem.classes]

@@ -12,7 +12,9 @@ it already meets a simple bound (every pod placed; no more disruption than alrea
 phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
 not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
 tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
-when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
+when the incumbent meets it) and a price-and-branch packing from the generated patterns. On 12
+nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by one search with
+all the time left and no pattern bound (it would not converge in that time). A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut.
@@ -310,7 +312,13 @@ class _Phases:
         lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
         if lns_first and best is not None:
             best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
+        # ... and with less than MIN_BOUND_SECONDS there the pattern LP does not converge (its
+        # bound stays the trivial one) and every search split off pays presolve again: one
+        # search gets all that is left (the quick one would get nothing, LNS took its share)
+        short = lns_first and seconds < MIN_BOUND_SECONDS
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
+        if short:
+            first = deadline - self.clock()
         status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
@@ -328,7 +336,12 @@ class _Phases:
             # not proven quickly: large-neighbourhood search on the tier's pods finds the
             # packings the whole-model search misses on interchangeable nodes
             best = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
-        if use_patterns and status != cp_model.OPTIMAL and (best is None or value(best) < bound):
+        if (
+            use_patterns
+            and not short
+            and status != cp_model.OPTIMAL
+            and (best is None or value(best) < bound)
+        ):
             # still not proven: bound it with the pattern LP (and pack its patterns), then search
             # on with that cut
             starts = [x for x in (best, hint) if x is not None]

@@ -8,6 +8,7 @@ import random
 from collections.abc import Sequence
 
 import pytest
+from ortools.sat.python import cp_model
 from repack_builders import kube_list, node_obj, pod_obj
 
 from scheduler_ext.repack import lns
@@ -25,6 +26,7 @@ from scheduler_ext.repack.classes import (
     stays,
 )
 from scheduler_ext.repack.generator import Cell, generate
+from scheduler_ext.repack.heuristics import best_start
 from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModels, build_phase_model
 from scheduler_ext.repack.snapshot import parse_list
 
@@ -137,3 +139,23 @@ def test_a_refill_places_the_most_pods_whatever_the_noise() -> None:
         found = lns._refill(problem, x, own, [], [0], 5.0, False, random.Random(seed))
         assert found is not None and feasible(problem, found)
         assert sum(found[c][0] for c in own) == 2, seed
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_class_model_hint_is_complete_and_feasible(seed: int) -> None:
+    """Every variable gets a hint (CP-SAT then takes it as a first solution at once) and the
+    hinted values satisfy the model."""
+    problem = build_problem(generate(Cell(4, 4, 105, 2), seed))
+    tier = problem.tiers[-1]
+    x, ok = best_start(problem, empty_assignment(problem), tier)
+    assert ok
+    pm = PhaseModels("classes", problem).build(tier, [], symmetry=True)
+    pm.model.maximize(pm.placed_ge(tier))
+    pm.hint(x)
+    proto = pm.model.proto
+    assert sorted(proto.solution_hint.vars) == list(range(len(proto.variables)))
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    assert solver.solve(pm.model) in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    assert solver.objective_value == sum(sum(x[c]) for c in problem.active(tier))
