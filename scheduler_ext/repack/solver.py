@@ -18,7 +18,7 @@ all the time left and no pattern bound (it would not converge in that time). A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut; on SHORT_DISRUPT_MIN_NODES
-nodes or more with less than MIN_BOUND_SECONDS, LNS first and most of the time, then the search.
+nodes or more with less than MIN_BOUND_SECONDS, only the LNS.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -75,11 +75,10 @@ PACK_SHARE = 0.2
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
-# ... and on this many nodes a disrupt phase with less than MIN_BOUND_SECONDS skips its quick
-# search and gives LNS this share (measured on 32 nodes: the quick search returned no solution
-# within 0.3 s, presolve alone took 0.2-0.3 s; on 16 nodes it often proves the phase)
+# ... and on this many nodes a disrupt phase with less than MIN_BOUND_SECONDS is all LNS, no
+# CP-SAT search (measured on 32 nodes: such searches returned no solution within 0.3 s, presolve
+# alone took 0.2-0.3 s, and overran their limit; on 16 nodes they often prove the phase)
 SHORT_DISRUPT_MIN_NODES = 24
-SHORT_LNS_DISRUPT_SHARE = 0.9
 LNS_MIN_NODES = 12
 HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
@@ -270,10 +269,12 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        # a large disrupt phase with under a second: the quick search returns nothing there
-        # (presolve alone takes most of it), so it is skipped and LNS gets most of the time
+        # a large disrupt phase with under a second: CP-SAT returns nothing there (presolve
+        # alone takes most of the time), so LNS gets all of it
         short_disrupt = (
-            not maximise
+            use_bounds
+            and not maximise
+            and incumbent is not None
             and len(problem.node_names) >= SHORT_DISRUPT_MIN_NODES
             and seconds < MIN_BOUND_SECONDS
         )
@@ -316,7 +317,7 @@ class _Phases:
         ):
             # large clusters: undo moves by LNS before the whole-model search (on small ones
             # the search alone is quicker)
-            share = SHORT_LNS_DISRUPT_SHARE if short_disrupt else LNS_DISRUPT_SHARE
+            share = 1.0 if short_disrupt else LNS_DISRUPT_SHARE
             best = hint = self._improve(tier, best, fixes, share, deadline, bound)
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
@@ -333,7 +334,10 @@ class _Phases:
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
         if short:
             first = deadline - self.clock()
-        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
+        if short_disrupt:  # LNS had all the time: a search now would only overrun the phase
+            status, found, raw, weight = cp_model.UNKNOWN, None, None, 1
+        else:
+            status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
