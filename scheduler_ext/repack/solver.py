@@ -12,12 +12,12 @@ it already meets a simple bound (every pod placed; no more disruption than alrea
 phase is proven without calling CP-SAT. A place phase of the class formulation that CP-SAT does
 not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
 tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, and as a proof
-when the incumbent meets it) and a price-and-branch packing from the generated patterns. On 12
-nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by one search with
-all the time left and no pattern bound (it would not converge in that time). A
+when the incumbent meets it) and a price-and-branch packing from the generated patterns. On
+SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
+one search with all the time left and no pattern bound (it would not converge in that time). A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
-an LNS that undoes moves, then one search with that bound as a cut; on SHORT_DISRUPT_MIN_NODES
+an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES
 nodes or more with less than MIN_BOUND_SECONDS, only the LNS.
 
 One global time budget is shared out across the remaining phases in proportion to their size
@@ -75,10 +75,12 @@ PACK_SHARE = 0.2
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
-# ... and on this many nodes a disrupt phase with less than MIN_BOUND_SECONDS is all LNS, no
-# CP-SAT search (measured on 32 nodes: such searches returned no solution within 0.3 s, presolve
-# alone took 0.2-0.3 s, and overran their limit; on 16 nodes they often prove the phase)
-SHORT_DISRUPT_MIN_NODES = 24
+# on this many nodes a phase with less than MIN_BOUND_SECONDS changes course: a place phase runs
+# LNS then one search without the pattern LP (on 32 nodes it kept the trivial bound), a disrupt
+# phase is all LNS, no CP-SAT search (on 32 nodes such searches returned no solution within
+# 0.3 s, presolve alone took 0.2-0.3 s, and overran their limit); on 16 nodes both the pattern
+# LP and the searches often prove the phase within a second
+SHORT_MIN_NODES = 24
 LNS_MIN_NODES = 12
 HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
@@ -275,7 +277,7 @@ class _Phases:
             use_bounds
             and not maximise
             and incumbent is not None
-            and len(problem.node_names) >= SHORT_DISRUPT_MIN_NODES
+            and len(problem.node_names) >= SHORT_MIN_NODES
             and seconds < MIN_BOUND_SECONDS
         )
         if use_bounds and not maximise and incumbent is not None and not short_disrupt:
@@ -327,10 +329,13 @@ class _Phases:
         lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
         if lns_first and best is not None:
             best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
-        # ... and with less than MIN_BOUND_SECONDS there the pattern LP does not converge (its
-        # bound stays the trivial one) and every search split off pays presolve again: one
-        # search gets all that is left (the quick one would get nothing, LNS took its share)
-        short = lns_first and seconds < MIN_BOUND_SECONDS
+        # ... and on SHORT_MIN_NODES or more with less than MIN_BOUND_SECONDS the pattern LP does
+        # not converge (its bound stays the trivial one) and every search split off pays
+        # presolve again: one search gets all that is left (the quick one would get nothing,
+        # LNS took its share)
+        short = (
+            lns_first and len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
+        )
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
         if short:
             first = deadline - self.clock()
