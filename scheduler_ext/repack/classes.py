@@ -36,6 +36,11 @@ class PodClass:
         return tuple(len(p) for p in self.running)
 
     @cached_property
+    def running_nodes(self) -> tuple[int, ...]:
+        """The nodes where pods of the class run now (few: stays and disruption sum over these)."""
+        return tuple(n for n, p in enumerate(self.running) if p)
+
+    @cached_property
     def n_running(self) -> int:
         return sum(len(p) for p in self.running)
 
@@ -150,11 +155,23 @@ def empty_assignment(problem: Problem) -> Assignment:
 def loads(problem: Problem, x: Assignment) -> list[list[int]]:
     out = [[0] * len(problem.resources) for _ in problem.node_names]
     for c, cls in enumerate(problem.classes):
+        needs = [(r, q) for r, q in enumerate(cls.requests) if q]
         for n, count in enumerate(x[c]):
             if count:
                 row = out[n]
-                for r, need in enumerate(cls.requests):
+                for r, need in needs:
                     row[r] += need * count
+    return out
+
+
+def node_load(problem: Problem, x: Assignment, n: int) -> list[int]:
+    """The load of node n alone (``loads(problem, x)[n]`` without the other nodes)."""
+    out = [0] * len(problem.resources)
+    for c, cls in enumerate(problem.classes):
+        count = x[c][n]
+        if count:
+            for r, need in enumerate(cls.requests):
+                out[r] += need * count
     return out
 
 
@@ -163,7 +180,8 @@ def evictions(cls: PodClass, row: Sequence[int]) -> int:
 
 
 def stays(cls: PodClass, row: Sequence[int]) -> int:
-    return sum(min(a, b) for a, b in zip(row, cls.current, strict=True))
+    current = cls.current
+    return sum(min(row[n], current[n]) for n in cls.running_nodes)
 
 
 def disruption(cls: PodClass, row: Sequence[int]) -> int:
@@ -174,26 +192,32 @@ def disruption(cls: PodClass, row: Sequence[int]) -> int:
 def feasible(problem: Problem, x: Assignment, only: Sequence[int] | None = None) -> bool:
     """Does ``x`` respect every constraint? ``only``: the classes in play (others are ignored,
     as in a phase model of a higher tier)."""
-    chosen = set(range(len(problem.classes)) if only is None else only)
-    for c, cls in enumerate(problem.classes):
-        if c not in chosen:
-            continue
-        row = x[c]
-        if any(v < 0 for v in row) or sum(row) > cls.total:
+    chosen = range(len(problem.classes)) if only is None else list(dict.fromkeys(only))
+    overloaded = problem.overloaded
+    for c in chosen:
+        cls = problem.classes[c]
+        eligible, current = cls.eligible, cls.current
+        placed = 0
+        for n, count in enumerate(x[c]):
+            if not count:
+                continue
+            if count < 0:
+                return False
+            # off its eligible nodes (or on an overloaded one) a class may only keep pods there
+            if (n not in eligible or overloaded[n]) and count > current[n]:
+                return False
+            placed += count
+        if placed > cls.total:
             return False
-        for n, count in enumerate(row):
-            if count and not cls.allowed(n):
-                return False
-            if (n not in cls.eligible or problem.overloaded[n]) and count > cls.current[n]:
-                return False
     for n, row in enumerate(loads(problem, x)):
-        if not problem.overloaded[n] and any(
+        if not overloaded[n] and any(
             v > cap for v, cap in zip(row, problem.capacity[n], strict=True)
         ):
             return False
     used: dict[str, int] = {}
-    for c, cls in enumerate(problem.classes):
-        for pdb in cls.pdbs if c in chosen else ():
+    for c in chosen:
+        cls = problem.classes[c]
+        for pdb in cls.pdbs:
             used[pdb] = used.get(pdb, 0) + evictions(cls, x[c])
     return all(v <= problem.pdb_budget.get(k, 0) for k, v in used.items())
 

@@ -47,9 +47,10 @@ class _State:
             return False
         req = self.problem.classes[c].requests
         cap = self.problem.capacity[n]
+        load = self.load[n]
         for r, need in enumerate(req):
-            freed = sum(self.problem.classes[d].requests[r] for d in minus)
-            if self.load[n][r] - freed + need > cap[r]:
+            freed = sum(self.problem.classes[d].requests[r] for d in minus) if minus else 0
+            if load[r] - freed + need > cap[r]:
                 return False
         return True
 
@@ -131,22 +132,24 @@ def pack_from_scratch(
     items = sorted(
         (c for c in fill for _ in range(problem.classes[c].total)), key=lambda c: -size[c]
     )
+    order = {c: sorted(problem.classes[c].eligible) for c in fill}
     for c in items:
-        candidates = [n for n in sorted(problem.classes[c].eligible) if st.fits(c, n)]
+        if not best_fit:
+            n = next((n for n in order[c] if st.fits(c, n)), -1)
+            if n >= 0:
+                st.shift(c, n, +1)
+            continue
+        candidates = [n for n in order[c] if st.fits(c, n)]
         if not candidates:
             continue
-        if best_fit:
-            req = problem.classes[c].requests
-            n = min(
-                candidates,
-                key=lambda n: sum(
-                    (problem.capacity[n][r] - st.load[n][r] - req[r])
-                    / max(1, problem.capacity[n][r])
-                    for r in range(len(req))
-                ),
-            )
-        else:
-            n = candidates[0]
+        req = problem.classes[c].requests
+        n = min(
+            candidates,
+            key=lambda n: sum(
+                (problem.capacity[n][r] - st.load[n][r] - req[r]) / max(1, problem.capacity[n][r])
+                for r in range(len(req))
+            ),
+        )
         st.shift(c, n, +1)
     return st.x
 

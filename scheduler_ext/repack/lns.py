@@ -31,9 +31,10 @@ from scheduler_ext.repack.classes import (
     Assignment,
     Problem,
     feasible,
-    loads,
+    node_load,
 )
 from scheduler_ext.repack.heuristics import tier_value
+from scheduler_ext.repack.model import Model
 
 # nodes freed per neighbourhood (measured on 16-32 nodes: 2 improved less often, 4 mostly got no
 # answer within SUB_LIMIT on a loaded machine)
@@ -128,12 +129,24 @@ def _refill(
     """The best refill of the ``chosen`` nodes with the tier's pods, or None."""
     if seconds <= 0.001:
         return None
-    load = loads(problem, x)
-    m = cp_model.CpModel()
+    # the load of the chosen nodes only (the whole cluster's costs more than the refill)
+    load = {n: node_load(problem, x, n) for n in chosen}
+    m = Model()
     v: dict[tuple[int, int], cp_model.IntVar] = {}
     stays: list[cp_model.IntVar] = []
     pool = {c: problem.classes[c].total - sum(x[c]) + sum(x[c][n] for n in chosen) for c in own}
     movable = {c: [n for n in chosen if n in problem.classes[c].eligible] for c in settled}
+    # pods of a settled class beyond those staying where they run, on the chosen nodes; only
+    # classes with some take part (the others' terms below are all zero)
+    extra = {
+        c: sum(
+            x[c][k] - problem.classes[c].current[k]
+            for k in movable[c]
+            if x[c][k] >= problem.classes[c].current[k]
+        )
+        for c in settled
+    }
+    settled = [c for c in settled if extra[c]]
     for n in chosen:
         room = [
             problem.capacity[n][r]
@@ -151,15 +164,10 @@ def _refill(
                 ]
         rows: list[list[cp_model.LinearExprT]] = [[] for _ in room]
         for c in settled:
-            extra = sum(
-                x[c][k] - problem.classes[c].current[k]
-                for k in movable[c]
-                if x[c][k] >= problem.classes[c].current[k]
-            )
-            if n not in movable[c] or x[c][n] < problem.classes[c].current[n] or not extra:
+            if n not in movable[c] or x[c][n] < problem.classes[c].current[n]:
                 continue
             most = min(
-                [extra]
+                [extra[c]]
                 + [max(0, room[r]) // q for r, q in enumerate(problem.classes[c].requests) if q]
             )
             v[c, n] = m.new_int_var(0, max(0, most), f"w{c}_{n}")
@@ -211,9 +219,11 @@ def _refill(
     if keep_placed:
         m.add(placed >= sum(x[c][n] for c in own for n in chosen))
     # placed pods first: one more pod outweighs every stay and eviction of the neighbourhood
-    spread = MOVE_COST * sum(int(s.proto.domain[-1]) for s in stays) + (
+    # (a variable's domain is [0, upper]; ortools 9.15's proto wrapper reads domain[-1] as 0,
+    # which made these weights 1 and let the noise outweigh a placed pod)
+    spread = MOVE_COST * sum(int(s.proto.domain[1]) for s in stays) + (
         EVICT_COST - MOVE_COST
-    ) * sum(int(e.proto.domain[-1]) for e in evicted)
+    ) * sum(int(e.proto.domain[1]) for e in evicted)
     weight = 1 + spread
     if keep_placed:
         m.maximize(
@@ -223,7 +233,7 @@ def _refill(
         # placed pods first; random small weights break the ties so that equal refills differ
         # from the incumbent and the walk moves across the plateau
         noise = {key: rng.randint(0, NOISE) for key in v}
-        top = 1 + NOISE * sum(int(var.proto.domain[-1]) for var in v.values())
+        top = 1 + NOISE * sum(int(var.proto.domain[1]) for var in v.values())
         m.maximize(top * placed + sum(noise[key] * var for key, var in v.items()))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = seconds

@@ -16,10 +16,13 @@ the first tier its dive packs to the bound, which proves the phase at once. Othe
 that does not prove it, a place phase that CP-SAT does not prove quickly (on 12 nodes or more:
 before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), then the pattern-LP
 bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
-from the generated patterns. A
+from the generated patterns. On
+SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
+one search with all the time left and no pattern bound (it would not converge in that time). A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
-an LNS that undoes moves, then one search with that bound as a cut.
+an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES
+nodes or more with less than MIN_BOUND_SECONDS, only the LNS.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -52,7 +55,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
-from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, build_phase_model
+from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, PhaseModels
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -79,6 +82,12 @@ PATTERN_SHARE = 0.8
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
+# on this many nodes a phase with less than MIN_BOUND_SECONDS changes course: a place phase runs
+# LNS then one search without the pattern LP (on 32 nodes it kept the trivial bound), a disrupt
+# phase is all LNS, no CP-SAT search (on 32 nodes such searches returned no solution within
+# 0.3 s, presolve alone took 0.2-0.3 s, and overran their limit); on 16 nodes both the pattern
+# LP and the searches often prove the phase within a second
+SHORT_MIN_NODES = 24
 LNS_MIN_NODES = 12
 HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
@@ -171,6 +180,7 @@ class _Phases:
         self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
         # the last place phase's pattern-LP bound: (tier, bound)
         self._bounded: tuple[int, int | None] | None = None
+        self.models = PhaseModels(options.formulation, problem)
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -206,7 +216,7 @@ class _Phases:
         if self._built is not None and self._built[0] == key and not maximise:
             pm = self._built[1]
         else:
-            pm = build_phase_model(self.options.formulation, problem, tier, fixes, symmetry)
+            pm = self.models.build(tier, fixes, symmetry)
             if cut is not None and maximise:
                 pm.model.add(pm.placed_ge(tier) <= cut)  # a proven bound, as a cut
             if maximise and self.options.tie_break:
@@ -270,7 +280,16 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        if use_bounds and not maximise and incumbent is not None:
+        # a large disrupt phase with under a second: CP-SAT returns nothing there (presolve
+        # alone takes most of the time), so LNS gets all of it
+        short_disrupt = (
+            use_bounds
+            and not maximise
+            and incumbent is not None
+            and len(problem.node_names) >= SHORT_MIN_NODES
+            and seconds < MIN_BOUND_SECONDS
+        )
+        if use_bounds and not maximise and incumbent is not None and not short_disrupt:
             # disruption: a short search first (on the class model it often proves the phase
             # outright, faster than any bound)
             status, found, raw, _ = self._cp(
@@ -309,7 +328,8 @@ class _Phases:
         ):
             # large clusters: undo moves by LNS before the whole-model search (on small ones
             # the search alone is quicker)
-            best = hint = self._improve(tier, best, fixes, LNS_DISRUPT_SHARE, deadline, bound)
+            share = 1.0 if short_disrupt else LNS_DISRUPT_SHARE
+            best = hint = self._improve(tier, best, fixes, share, deadline, bound)
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
@@ -333,8 +353,20 @@ class _Phases:
         lns_first = use_patterns and len(problem.node_names) >= LNS_MIN_NODES
         if lns_first and best is not None:
             best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
+        # ... and on SHORT_MIN_NODES or more with less than MIN_BOUND_SECONDS the pattern LP does
+        # not converge (its bound stays the trivial one) and every search split off pays
+        # presolve again: one search gets all that is left (the quick one would get nothing,
+        # LNS took its share)
+        short = (
+            lns_first and len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
+        )
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
-        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
+        if short:
+            first = deadline - self.clock()
+        if short_disrupt:  # LNS had all the time: a search now would only overrun the phase
+            status, found, raw, weight = cp_model.UNKNOWN, None, None, 1
+        else:
+            status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
@@ -351,7 +383,12 @@ class _Phases:
             # not proven quickly: large-neighbourhood search on the tier's pods finds the
             # packings the whole-model search misses on interchangeable nodes
             best = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
-        if use_patterns and status != cp_model.OPTIMAL and (best is None or value(best) < bound):
+        if (
+            use_patterns
+            and not short
+            and status != cp_model.OPTIMAL
+            and (best is None or value(best) < bound)
+        ):
             # still not proven: bound it with the pattern LP (and pack its patterns), then search
             # on with that cut
             starts = [x for x in (best, hint) if x is not None]
