@@ -15,7 +15,9 @@ tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, a
 when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
-an LNS that undoes moves, then one search with that bound as a cut.
+an LNS that undoes moves, then one search with that bound as a cut. Solutions that may carry
+arbitrary node labels (place-phase results, LNS and price-and-branch outputs, a disrupt phase's
+result) are relabelled on interchangeable nodes (``relabel``) to move the fewest pods.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -58,6 +60,7 @@ from scheduler_ext.repack.plan import (
     empty_plan,
     outcome,
 )
+from scheduler_ext.repack.relabel import node_groups, relabel
 from scheduler_ext.repack.sequencing import SequencingError, sequence
 from scheduler_ext.repack.snapshot import Snapshot
 
@@ -162,6 +165,13 @@ class _Phases:
         self.index = 0
         self.reports: list[PhaseReport] = []
         self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
+        self.groups = node_groups(problem)
+
+    def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
+        """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
+        the fixes (``relabel`` keeps every count; the check is the solver's own)."""
+        y = relabel(self.problem, x, tier, self.groups)
+        return y if y is not x and _satisfies(self.problem, y, fixes, tier) else x
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -355,6 +365,8 @@ class _Phases:
         if best is None:
             self._report(tier, phase, "UNKNOWN", started, 0, bound, False)
             return None, 0, False
+        if not maximise and not (status == cp_model.OPTIMAL and best is found):
+            best = self.relabelled(best, fixes, tier)
         optimal = value(best) == bound or (status == cp_model.OPTIMAL and best is found)
         self._report(
             tier,
@@ -384,6 +396,7 @@ class _Phases:
         found = lns.improve(
             self.problem, x, tier, until, self.clock, self.options.seed, target, keep_placed
         )
+        found = relabel(self.problem, found, tier, self.groups)
         if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
             self.problem, x, tier
         ):
@@ -421,6 +434,8 @@ class _Phases:
             PACK_SHARE * (deadline - self.clock()),
             self.options.workers,
         )
+        if packed is not None:
+            packed = relabel(problem, packed, tier, self.groups)
         if packed is None or not _satisfies(problem, packed, fixes, tier):
             return bound, None
         return bound, packed
@@ -478,6 +493,7 @@ def solve(
             return finish(_failure(phases), False, "no placement found in time", phases.reports)
         fixes.append(Fix("placed", p, "==" if optimal else ">=", value))
         all_optimal &= optimal
+        best = phases.relabelled(best, fixes, p)
         # disrupt: never less than the disruption already fixed for the tiers above; a proven
         # place phase also proved the disruption (its objective breaks ties by disruption)
         dis_fixes = [f for f in fixes if f.kind == "disruption"]
