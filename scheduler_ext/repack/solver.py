@@ -29,6 +29,8 @@ result and never returned.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -110,6 +112,10 @@ def _disruption(problem: Problem, x: Assignment, p: int) -> int:
     return sum(disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
 
 
+def _cores(options: SolveOptions) -> int:
+    return options.workers or os.cpu_count() or 1
+
+
 def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
     return [
         list(row) if cls.priority >= p else [0] * len(row)
@@ -166,6 +172,7 @@ class _Phases:
         self.reports: list[PhaseReport] = []
         self._built: tuple[tuple[Any, ...], PhaseModel] | None = None
         self.groups = node_groups(problem)
+        self._solver: cp_model.CpSolver | None = None  # the search running now, to stop it
 
     def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
         """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
@@ -188,8 +195,10 @@ class _Phases:
         hint: Assignment,
         seconds: float,
         cut: int | None,
+        workers: int | None = None,
     ) -> tuple[Any, Assignment | None, int | None, int]:
-        """One CP-SAT solve: (status, solution, objective bound, placed weight)."""
+        """One CP-SAT solve: (status, solution, objective bound, placed weight). ``workers``
+        overrides the option (a search running beside the LNS leaves it a core)."""
         problem, started = self.problem, self.clock()
         symmetry = (
             self.options.symmetry
@@ -221,13 +230,14 @@ class _Phases:
         solver = cp_model.CpSolver()
         # the model build counts against the time
         solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
-        solver.parameters.num_workers = self.options.workers
+        solver.parameters.num_workers = self.options.workers if workers is None else workers
         solver.parameters.random_seed = self.options.seed
         stopper = None
         if cut is not None and not maximise:
             # a proven lower bound: stop as soon as a solution meets it (as a constraint it
             # slows the search down)
             stopper = _StopAt(cut)
+        self._solver = solver
         status = solver.solve(pm.model, stopper)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return status, None, None, weight
@@ -271,9 +281,15 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        if use_bounds and not maximise and incumbent is not None:
+        large = len(problem.node_names) >= LNS_MIN_NODES
+        if (
+            use_bounds
+            and not maximise
+            and incumbent is not None
+            and (not large or seconds >= MIN_BOUND_SECONDS)
+        ):
             # disruption: a short search first (on the class model it often proves the phase
-            # outright, faster than any bound)
+            # outright, faster than any bound; on large clusters a short one finds nothing)
             status, found, raw, _ = self._cp(
                 tier, False, fixes, hint, QUICK_DISRUPT_SHARE * seconds, None
             )
@@ -301,13 +317,7 @@ class _Phases:
             if best is not None and value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
-        if (
-            use_bounds
-            and not maximise
-            and best is not None
-            and value(best) > bound
-            and len(problem.node_names) >= LNS_MIN_NODES
-        ):
+        if use_bounds and not maximise and best is not None and value(best) > bound and large:
             # large clusters: undo moves by LNS before the whole-model search (on small ones
             # the search alone is quicker)
             best = hint = self._improve(tier, best, fixes, LNS_DISRUPT_SHARE, deadline, bound)
@@ -320,7 +330,12 @@ class _Phases:
         if lns_first and best is not None:
             best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
-        status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
+        if use_bounds and not maximise and best is not None and _cores(self.options) > 1:
+            # the search and the LNS find different solutions (measured: each wins on some
+            # instances): one core each, side by side
+            status, found, raw, weight, best = self._beside_lns(tier, fixes, best, first, bound)
+        else:
+            status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
@@ -380,6 +395,42 @@ class _Phases:
         )
         return best, value(best), optimal
 
+    def _beside_lns(
+        self, tier: int, fixes: Sequence[Fix], x: Assignment, seconds: float, bound: int
+    ) -> tuple[Any, Assignment | None, int | None, int, Assignment]:
+        """A disrupt phase's search (on all cores but one, in a thread: CP-SAT releases the
+        GIL) while the LNS undoes moves from ``x`` on this one; whichever first reaches
+        ``bound`` stops the other. Returns the search's result and the LNS's assignment."""
+        out: list[tuple[Any, Assignment | None, int | None, int]] = []
+        failed: list[BaseException] = []
+
+        def search() -> None:
+            try:
+                out.append(
+                    self._cp(tier, False, fixes, x, seconds, bound, _cores(self.options) - 1)
+                )
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        self._solver = None
+        thread = threading.Thread(target=search, daemon=True)
+        thread.start()
+
+        def clock() -> float:  # the LNS ends with the search
+            return self.clock() if thread.is_alive() else float("inf")
+
+        found = self._improve(tier, x, fixes, 1.0, self.clock() + seconds, bound, clock)
+        reached = _disruption(self.problem, found, tier) <= bound
+        while thread.is_alive():
+            # the search may still be building its model: stop it as soon as it runs
+            if reached and self._solver is not None:
+                self._solver.stop_search()
+            thread.join(0.01)
+        if failed:
+            raise failed[0]
+        status, solution, raw, weight = out[0]
+        return status, solution, raw, weight, found
+
     def _improve(
         self,
         tier: int,
@@ -388,13 +439,21 @@ class _Phases:
         share: float,
         deadline: float,
         target: int,
+        clock: Clock | None = None,
     ) -> Assignment:
         """``x`` improved by LNS for ``share`` of the phase's remaining time (placing in a place
         phase, undoing moves in a disrupt phase), if the result still meets the fixes."""
         keep_placed = bool(fixes) and fixes[-1].kind == "placed" and fixes[-1].tier == tier
         until = self.clock() + share * (deadline - self.clock())
         found = lns.improve(
-            self.problem, x, tier, until, self.clock, self.options.seed, target, keep_placed
+            self.problem,
+            x,
+            tier,
+            until,
+            clock or self.clock,
+            self.options.seed,
+            target,
+            keep_placed,
         )
         found = relabel(self.problem, found, tier, self.groups)
         if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
