@@ -15,9 +15,11 @@ tier's pods (``lns``), then the pattern-LP bound of ``bounds`` (used as a cut, a
 when the incumbent meets it) and a price-and-branch packing from the generated patterns. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
-an LNS that undoes moves, then one search with that bound as a cut. Solutions that may carry
-arbitrary node labels (place-phase results, LNS and price-and-branch outputs, a disrupt phase's
-result) are relabelled on interchangeable nodes (``relabel``) to move the fewest pods.
+an LNS that undoes moves, then one search with that bound as a cut; on several cores that
+search runs in a thread from the start, beside the bound and the LNS (``_side_by_side``).
+Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
+outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
+the fewest pods.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -83,6 +85,10 @@ HEURISTIC_SHARE = 0.25
 PLACE_WEIGHT = 2
 # a disrupt phase with less time than this goes straight to the search (the bound would starve it)
 MIN_BOUND_SECONDS = 1.0
+# a disrupt phase of a small cluster on several cores: the pattern-LP bound runs beside the
+# search from this many seconds on, for at most this share of the phase (the LNS gets the rest)
+SIDE_BOUND_SECONDS = 0.2
+SIDE_BOUND_SHARE = 0.7
 
 
 @dataclass(frozen=True)
@@ -149,9 +155,11 @@ class _StopAt(cp_model.CpSolverSolutionCallback):
 
     def __init__(self, bound: int) -> None:
         super().__init__()
-        self.bound = bound
+        self.bound = bound  # may be raised from another thread while the search runs
+        self.best = float("inf")
 
     def on_solution_callback(self) -> None:
+        self.best = min(self.best, self.objective_value)
         if self.objective_value <= self.bound + 1e-9:
             self.stop_search()
 
@@ -196,6 +204,7 @@ class _Phases:
         seconds: float,
         cut: int | None,
         workers: int | None = None,
+        stopper: _StopAt | None = None,
     ) -> tuple[Any, Assignment | None, int | None, int]:
         """One CP-SAT solve: (status, solution, objective bound, placed weight). ``workers``
         overrides the option (a search running beside the LNS leaves it a core)."""
@@ -232,8 +241,7 @@ class _Phases:
         solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
         solver.parameters.num_workers = self.options.workers if workers is None else workers
         solver.parameters.random_seed = self.options.seed
-        stopper = None
-        if cut is not None and not maximise:
+        if stopper is None and cut is not None and not maximise:
             # a proven lower bound: stop as soon as a solution meets it (as a constraint it
             # slows the search down)
             stopper = _StopAt(cut)
@@ -281,15 +289,11 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        large = len(problem.node_names) >= LNS_MIN_NODES
-        if (
-            use_bounds
-            and not maximise
-            and incumbent is not None
-            and (not large or seconds >= MIN_BOUND_SECONDS)
-        ):
+        # a disrupt phase on several cores runs its search, bound and LNS side by side
+        side_by_side = use_bounds and not maximise and _cores(self.options) > 1
+        if use_bounds and not maximise and incumbent is not None and not side_by_side:
             # disruption: a short search first (on the class model it often proves the phase
-            # outright, faster than any bound; on large clusters a short one finds nothing)
+            # outright, faster than any bound)
             status, found, raw, _ = self._cp(
                 tier, False, fixes, hint, QUICK_DISRUPT_SHARE * seconds, None
             )
@@ -300,7 +304,13 @@ class _Phases:
                 self._report(tier, phase, "OPTIMAL", started, value(best), value(best), False)
                 return best, value(best), True
             hint = best if best is not None else hint
-        if use_bounds and not maximise and best is not None and seconds >= MIN_BOUND_SECONDS:
+        if (
+            use_bounds
+            and not maximise
+            and best is not None
+            and seconds >= MIN_BOUND_SECONDS
+            and not side_by_side
+        ):
             # then the per-node pattern LP (it either proves the incumbent or stalls quickly),
             # then one search with its bound as a cut, so the search is never restarted
             starts = [
@@ -317,7 +327,14 @@ class _Phases:
             if best is not None and value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
-        if use_bounds and not maximise and best is not None and value(best) > bound and large:
+        if (
+            use_bounds
+            and not maximise
+            and best is not None
+            and value(best) > bound
+            and len(problem.node_names) >= LNS_MIN_NODES
+            and not side_by_side
+        ):
             # large clusters: undo moves by LNS before the whole-model search (on small ones
             # the search alone is quicker)
             best = hint = self._improve(tier, best, fixes, LNS_DISRUPT_SHARE, deadline, bound)
@@ -330,10 +347,10 @@ class _Phases:
         if lns_first and best is not None:
             best = hint = self._improve(tier, best, fixes, LNS_SHARE, deadline, bound)
         first = seconds * (QUICK_SHARE if use_patterns else 1.0) - (self.clock() - started)
-        if use_bounds and not maximise and best is not None and _cores(self.options) > 1:
-            # the search and the LNS find different solutions (measured: each wins on some
-            # instances): one core each, side by side
-            status, found, raw, weight, best = self._beside_lns(tier, fixes, best, first, bound)
+        if side_by_side and best is not None:
+            status, found, raw, weight, best, bound = self._side_by_side(
+                tier, fixes, best, first, bound, deadline
+            )
         else:
             status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
@@ -395,41 +412,73 @@ class _Phases:
         )
         return best, value(best), optimal
 
-    def _beside_lns(
-        self, tier: int, fixes: Sequence[Fix], x: Assignment, seconds: float, bound: int
-    ) -> tuple[Any, Assignment | None, int | None, int, Assignment]:
-        """A disrupt phase's search (on all cores but one, in a thread: CP-SAT releases the
-        GIL) while the LNS undoes moves from ``x`` on this one; whichever first reaches
-        ``bound`` stops the other. Returns the search's result and the LNS's assignment."""
+    def _side_by_side(
+        self,
+        tier: int,
+        fixes: Sequence[Fix],
+        x: Assignment,
+        seconds: float,
+        bound: int,
+        deadline: float,
+    ) -> tuple[Any, Assignment | None, int | None, int, Assignment, int]:
+        """A disrupt phase on several cores: the search runs in a thread (CP-SAT releases the
+        GIL) on all cores but one, while this one computes the pattern-LP bound (and its
+        packing), then undoes moves by LNS from the best assignment; a bound met by either
+        side stops the other. (Measured: the search, the packing and the LNS each find the
+        best disruption first on some instances.) Returns the search's (status, solution,
+        objective bound, weight), the best other assignment and the bound."""
+        problem = self.problem
         out: list[tuple[Any, Assignment | None, int | None, int]] = []
         failed: list[BaseException] = []
+        stopper = _StopAt(bound)
 
         def search() -> None:
             try:
-                out.append(
-                    self._cp(tier, False, fixes, x, seconds, bound, _cores(self.options) - 1)
-                )
+                workers = _cores(self.options) - 1
+                out.append(self._cp(tier, False, fixes, x, seconds, None, workers, stopper))
             except BaseException as exc:  # re-raised in the caller's thread
                 failed.append(exc)
+
+        def met() -> bool:
+            return min(stopper.best, _disruption(problem, best, tier)) <= bound
 
         self._solver = None
         thread = threading.Thread(target=search, daemon=True)
         thread.start()
 
-        def clock() -> float:  # the LNS ends with the search
+        def clock() -> float:  # the bound and the LNS end with the search
             return self.clock() if thread.is_alive() else float("inf")
 
-        found = self._improve(tier, x, fixes, 1.0, self.clock() + seconds, bound, clock)
-        reached = _disruption(self.problem, found, tier) <= bound
+        best = x
+        # small clusters: the bound converges in well under a second and often proves the
+        # phase; on large ones its pricing is slow, so it runs only with time to spare
+        small = len(problem.node_names) < LNS_MIN_NODES
+        if seconds >= (SIDE_BOUND_SECONDS if small else MIN_BOUND_SECONDS):
+            lower, packed = self._patterns(
+                tier,
+                False,
+                fixes,
+                [x],
+                (SIDE_BOUND_SHARE if small else BOUND_SHARE) * seconds,
+                _disruption(problem, x, tier),
+                deadline,
+                clock,
+            )
+            stopper.bound = bound = max(bound, lower or 0)
+            if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
+                best = packed
+
+        if not met():
+            best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
         while thread.is_alive():
             # the search may still be building its model: stop it as soon as it runs
-            if reached and self._solver is not None:
+            if met() and self._solver is not None:
                 self._solver.stop_search()
             thread.join(0.01)
         if failed:
             raise failed[0]
         status, solution, raw, weight = out[0]
-        return status, solution, raw, weight, found
+        return status, solution, raw, weight, best, bound
 
     def _improve(
         self,
@@ -471,6 +520,7 @@ class _Phases:
         seconds: float,
         target: int | None,
         deadline: float,
+        clock: Clock | None = None,
     ) -> tuple[int | None, Assignment | None]:
         """The pattern-LP bound of a phase (upper on placed pods, or lower on disruption) and
         the price-and-branch assignment from its patterns when the bound does not prove
@@ -481,7 +531,14 @@ class _Phases:
         bound_of = placement_bound if maximise else disruption_bound
         packing_of = pattern_solution if maximise else disruption_solution
         bound = bound_of(
-            problem, tier, floors, starts, seconds, self.clock, target=target, columns=columns
+            problem,
+            tier,
+            floors,
+            starts,
+            seconds,
+            clock or self.clock,
+            target=target,
+            columns=columns,
         )
         if bound is not None and bound == target:
             return bound, None
@@ -490,7 +547,7 @@ class _Phases:
             tier,
             floors,
             columns,
-            PACK_SHARE * (deadline - self.clock()),
+            PACK_SHARE * (deadline - (clock or self.clock)()),
             self.options.workers,
         )
         if packed is not None:
