@@ -119,7 +119,11 @@ def _disruption(problem: Problem, x: Assignment, p: int) -> int:
 
 
 def _cores(options: SolveOptions) -> int:
-    return options.workers or os.cpu_count() or 1
+    """Cores the solve may use: the option, else those this process may run on."""
+    if options.workers:
+        return options.workers
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
