@@ -16,7 +16,8 @@ when the incumbent meets it) and a price-and-branch packing from the generated p
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut; on several cores that
-search runs in a thread from the start, beside the bound and the LNS (``_side_by_side``).
+search runs in a thread from the start, beside the LNS and, on small clusters, the bound
+(``_side_by_side``).
 Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
 outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
 the fewest pods.
@@ -455,15 +456,15 @@ class _Phases:
 
         best = x
         # small clusters: the bound converges in well under a second and often proves the
-        # phase; on large ones its pricing is slow, so it runs only with time to spare
-        small = len(problem.node_names) < LNS_MIN_NODES
-        if seconds >= (SIDE_BOUND_SECONDS if small else MIN_BOUND_SECONDS):
+        # phase; on large ones its pricing is too slow to help (measured on 16-32 nodes with
+        # 3-4 s phases: no proof, and the LNS that gets its time instead ends lower)
+        if len(problem.node_names) < LNS_MIN_NODES and seconds >= SIDE_BOUND_SECONDS:
             lower, packed = self._patterns(
                 tier,
                 False,
                 fixes,
                 [x],
-                (SIDE_BOUND_SHARE if small else BOUND_SHARE) * seconds,
+                SIDE_BOUND_SHARE * seconds,
                 _disruption(problem, x, tier),
                 deadline,
                 clock,
