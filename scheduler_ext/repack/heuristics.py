@@ -7,7 +7,8 @@
 * ``pack_from_scratch``: first-fit- and best-fit-decreasing of every pod of the tier and above,
   ignoring where pods run now (many moves, but often more pods placed).
 
-``best_start`` returns the best of them for the tier's objective (placed, then disruption).
+``best_start`` returns the best of them for the tier's objective (placed, then disruption), each
+first relabelled on identical nodes (``relabel``).
 All of them only ever return assignments that ``classes.feasible`` accepts. Pure.
 """
 
@@ -25,6 +26,7 @@ from scheduler_ext.repack.classes import (
     greedy_complete,
     loads,
 )
+from scheduler_ext.repack.relabel import node_groups, relabel
 
 
 def _sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
@@ -182,6 +184,9 @@ def best_start(
     ok = [x for x in candidates if feasible(problem, x, active)]
     if not ok:
         return kept, False
+    # the re-packings ignore where pods run: relabelling identical nodes undoes most of their moves
+    groups = node_groups(problem)
+    ok = [relabel(problem, x, tier, groups) for x in ok]
     return max(ok, key=lambda x: tier_value(problem, x, tier)), True
 
 

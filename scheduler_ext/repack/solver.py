@@ -22,7 +22,12 @@ one search with all the time left and no pattern bound (it would not converge in
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES
-nodes or more with less than MIN_BOUND_SECONDS, only the LNS.
+nodes or more with less than MIN_BOUND_SECONDS, only the LNS. Otherwise, on several cores, that
+search runs in a thread from the start, beside the LNS and, on small clusters, the bound
+(``_side_by_side``).
+Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
+outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
+the fewest pods.
 
 One global time budget is shared out across the remaining phases in proportion to their size
 (a place phase weighs PLACE_WEIGHT times its disrupt phase);
@@ -34,6 +39,8 @@ result and never returned.
 
 from __future__ import annotations
 
+import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,6 +72,7 @@ from scheduler_ext.repack.plan import (
     empty_plan,
     outcome,
 )
+from scheduler_ext.repack.relabel import node_groups, relabel
 from scheduler_ext.repack.sequencing import SequencingError, sequence
 from scheduler_ext.repack.snapshot import Snapshot
 
@@ -94,6 +102,10 @@ HEURISTIC_SHARE = 0.25
 PLACE_WEIGHT = 2
 # a disrupt phase with less time than this goes straight to the search (the bound would starve it)
 MIN_BOUND_SECONDS = 1.0
+# a disrupt phase of a small cluster on several cores: the pattern-LP bound runs beside the
+# search from this many seconds on, for at most this share of the phase (the LNS gets the rest)
+SIDE_BOUND_SECONDS = 0.2
+SIDE_BOUND_SHARE = 0.7
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,14 @@ def _placed(problem: Problem, x: Assignment, p: int) -> int:
 
 def _disruption(problem: Problem, x: Assignment, p: int) -> int:
     return sum(disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
+
+
+def _cores(options: SolveOptions) -> int:
+    """Cores the solve may use: the option, else those this process may run on."""
+    if options.workers:
+        return options.workers
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
 
 
 def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
@@ -156,9 +176,11 @@ class _StopAt(cp_model.CpSolverSolutionCallback):
 
     def __init__(self, bound: int) -> None:
         super().__init__()
-        self.bound = bound
+        self.bound = bound  # may be raised from another thread while the search runs
+        self.best = float("inf")
 
     def on_solution_callback(self) -> None:
+        self.best = min(self.best, self.objective_value)
         if self.objective_value <= self.bound + 1e-9:
             self.stop_search()
 
@@ -181,6 +203,14 @@ class _Phases:
         # the last place phase's pattern-LP bound: (tier, bound)
         self._bounded: tuple[int, int | None] | None = None
         self.models = PhaseModels(options.formulation, problem)
+        self.groups = node_groups(problem)
+        self._solver: cp_model.CpSolver | None = None  # the search running now, to stop it
+
+    def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
+        """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
+        the fixes (``relabel`` keeps every count; the check is the solver's own)."""
+        y = relabel(self.problem, x, tier, self.groups)
+        return y if y is not x and _satisfies(self.problem, y, fixes, tier) else x
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -197,8 +227,11 @@ class _Phases:
         hint: Assignment,
         seconds: float,
         cut: int | None,
+        workers: int | None = None,
+        stopper: _StopAt | None = None,
     ) -> tuple[Any, Assignment | None, int | None, int]:
-        """One CP-SAT solve: (status, solution, objective bound, placed weight)."""
+        """One CP-SAT solve: (status, solution, objective bound, placed weight). ``workers``
+        overrides the option (a search running beside the LNS leaves it a core)."""
         problem, started = self.problem, self.clock()
         symmetry = (
             self.options.symmetry
@@ -230,13 +263,13 @@ class _Phases:
         solver = cp_model.CpSolver()
         # the model build counts against the time
         solver.parameters.max_time_in_seconds = max(0.005, seconds - (self.clock() - started))
-        solver.parameters.num_workers = self.options.workers
+        solver.parameters.num_workers = self.options.workers if workers is None else workers
         solver.parameters.random_seed = self.options.seed
-        stopper = None
-        if cut is not None and not maximise:
+        if stopper is None and cut is not None and not maximise:
             # a proven lower bound: stop as soon as a solution meets it (as a constraint it
             # slows the search down)
             stopper = _StopAt(cut)
+        self._solver = solver
         status = solver.solve(pm.model, stopper)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return status, None, None, weight
@@ -289,7 +322,17 @@ class _Phases:
             and len(problem.node_names) >= SHORT_MIN_NODES
             and seconds < MIN_BOUND_SECONDS
         )
-        if use_bounds and not maximise and incumbent is not None and not short_disrupt:
+        # otherwise a disrupt phase on several cores runs its search, bound and LNS side by side
+        side_by_side = (
+            use_bounds and not maximise and not short_disrupt and _cores(self.options) > 1
+        )
+        if (
+            use_bounds
+            and not maximise
+            and incumbent is not None
+            and not short_disrupt
+            and not side_by_side
+        ):
             # disruption: a short search first (on the class model it often proves the phase
             # outright, faster than any bound)
             status, found, raw, _ = self._cp(
@@ -302,7 +345,13 @@ class _Phases:
                 self._report(tier, phase, "OPTIMAL", started, value(best), value(best), False)
                 return best, value(best), True
             hint = best if best is not None else hint
-        if use_bounds and not maximise and best is not None and seconds >= MIN_BOUND_SECONDS:
+        if (
+            use_bounds
+            and not maximise
+            and best is not None
+            and seconds >= MIN_BOUND_SECONDS
+            and not side_by_side
+        ):
             # then the per-node pattern LP (it either proves the incumbent or stalls quickly),
             # then one search with its bound as a cut, so the search is never restarted
             starts = [
@@ -325,6 +374,7 @@ class _Phases:
             and best is not None
             and value(best) > bound
             and len(problem.node_names) >= LNS_MIN_NODES
+            and not side_by_side
         ):
             # large clusters: undo moves by LNS before the whole-model search (on small ones
             # the search alone is quicker)
@@ -365,6 +415,10 @@ class _Phases:
             first = deadline - self.clock()
         if short_disrupt:  # LNS had all the time: a search now would only overrun the phase
             status, found, raw, weight = cp_model.UNKNOWN, None, None, 1
+        elif side_by_side and best is not None:
+            status, found, raw, weight, best, bound = self._side_by_side(
+                tier, fixes, best, first, bound, deadline
+            )
         else:
             status, found, raw, weight = self._cp(tier, maximise, fixes, hint, first, cut)
         if status == cp_model.INFEASIBLE:
@@ -416,6 +470,8 @@ class _Phases:
         if best is None:
             self._report(tier, phase, "UNKNOWN", started, 0, bound, False)
             return None, 0, False
+        if not maximise and not (status == cp_model.OPTIMAL and best is found):
+            best = self.relabelled(best, fixes, tier)
         optimal = value(best) == bound or (status == cp_model.OPTIMAL and best is found)
         self._report(
             tier,
@@ -429,6 +485,74 @@ class _Phases:
         )
         return best, value(best), optimal
 
+    def _side_by_side(
+        self,
+        tier: int,
+        fixes: Sequence[Fix],
+        x: Assignment,
+        seconds: float,
+        bound: int,
+        deadline: float,
+    ) -> tuple[Any, Assignment | None, int | None, int, Assignment, int]:
+        """A disrupt phase on several cores: the search runs in a thread (CP-SAT releases the
+        GIL) on all cores but one, while this one computes the pattern-LP bound (and its
+        packing), then undoes moves by LNS from the best assignment; a bound met by either
+        side stops the other. (Measured: the search, the packing and the LNS each find the
+        best disruption first on some instances.) Returns the search's (status, solution,
+        objective bound, weight), the best other assignment and the bound."""
+        problem = self.problem
+        out: list[tuple[Any, Assignment | None, int | None, int]] = []
+        failed: list[BaseException] = []
+        stopper = _StopAt(bound)
+
+        def search() -> None:
+            try:
+                workers = _cores(self.options) - 1
+                out.append(self._cp(tier, False, fixes, x, seconds, None, workers, stopper))
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        def met() -> bool:
+            return min(stopper.best, _disruption(problem, best, tier)) <= bound
+
+        self._solver = None
+        thread = threading.Thread(target=search, daemon=True)
+        thread.start()
+
+        def clock() -> float:  # the bound and the LNS end with the search
+            return self.clock() if thread.is_alive() else float("inf")
+
+        best = x
+        # small clusters: the bound converges in well under a second and often proves the
+        # phase; on large ones its pricing is too slow to help (measured on 16-32 nodes with
+        # 3-4 s phases: no proof, and the LNS that gets its time instead ends lower)
+        if len(problem.node_names) < LNS_MIN_NODES and seconds >= SIDE_BOUND_SECONDS:
+            lower, packed = self._patterns(
+                tier,
+                False,
+                fixes,
+                [x],
+                SIDE_BOUND_SHARE * seconds,
+                _disruption(problem, x, tier),
+                deadline,
+                clock=clock,
+            )
+            stopper.bound = bound = max(bound, lower or 0)
+            if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
+                best = packed
+
+        if not met():
+            best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
+        while thread.is_alive():
+            # the search may still be building its model: stop it as soon as it runs
+            if met() and self._solver is not None:
+                self._solver.stop_search()
+            thread.join(0.01)
+        if failed:
+            raise failed[0]
+        status, solution, raw, weight = out[0]
+        return status, solution, raw, weight, best, bound
+
     def _improve(
         self,
         tier: int,
@@ -437,14 +561,23 @@ class _Phases:
         share: float,
         deadline: float,
         target: int,
+        clock: Clock | None = None,
     ) -> Assignment:
         """``x`` improved by LNS for ``share`` of the phase's remaining time (placing in a place
         phase, undoing moves in a disrupt phase), if the result still meets the fixes."""
         keep_placed = bool(fixes) and fixes[-1].kind == "placed" and fixes[-1].tier == tier
         until = self.clock() + share * (deadline - self.clock())
         found = lns.improve(
-            self.problem, x, tier, until, self.clock, self.options.seed, target, keep_placed
+            self.problem,
+            x,
+            tier,
+            until,
+            clock or self.clock,
+            self.options.seed,
+            target,
+            keep_placed,
         )
+        found = relabel(self.problem, found, tier, self.groups)
         if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
             self.problem, x, tier
         ):
@@ -461,6 +594,7 @@ class _Phases:
         target: int | None,
         deadline: float,
         first: bool = False,
+        clock: Clock | None = None,
     ) -> tuple[int | None, Assignment | None]:
         """The pattern-LP bound of a phase (upper on placed pods, or lower on disruption) and
         the price-and-branch assignment from its patterns when the bound does not prove
@@ -484,7 +618,7 @@ class _Phases:
                 floors,
                 starts,
                 seconds,
-                self.clock,
+                clock or self.clock,
                 target=target,
                 columns=columns,
                 listed_only=first,
@@ -493,7 +627,14 @@ class _Phases:
             )
         else:
             bound = disruption_bound(
-                problem, tier, floors, starts, seconds, self.clock, target=target, columns=columns
+                problem,
+                tier,
+                floors,
+                starts,
+                seconds,
+                clock or self.clock,
+                target=target,
+                columns=columns,
             )
         if maximise and bound is not None:
             self._bounded = (tier, bound)
@@ -507,9 +648,11 @@ class _Phases:
             tier,
             floors,
             columns,
-            PACK_SHARE * (deadline - self.clock()),
+            PACK_SHARE * (deadline - (clock or self.clock)()),
             self.options.workers,
         )
+        if packed is not None:
+            packed = relabel(problem, packed, tier, self.groups)
         if packed is None or not _satisfies(problem, packed, fixes, tier):
             packed = None
         for x in dived:
@@ -570,6 +713,7 @@ def solve(
             return finish(_failure(phases), False, "no placement found in time", phases.reports)
         fixes.append(Fix("placed", p, "==" if optimal else ">=", value))
         all_optimal &= optimal
+        best = phases.relabelled(best, fixes, p)
         # disrupt: never less than the disruption already fixed for the tiers above; a proven
         # place phase also proved the disruption (its objective breaks ties by disruption)
         dis_fixes = [f for f in fixes if f.kind == "disruption"]
