@@ -611,14 +611,10 @@ class _Phases:
         # the dive moves pods freely: its packing cannot meet the disruption settled for a
         # higher tier (and dives are not cheap), so only the first tier's place phase dives
         dive = not any(f.kind == "disruption" for f in fixes)
+        args = (problem, tier, floors, starts, seconds, clock or self.clock)
         if maximise:
             bound = placement_bound(
-                problem,
-                tier,
-                floors,
-                starts,
-                seconds,
-                clock or self.clock,
+                *args,
                 target=target,
                 columns=columns,
                 listed_only=first,
@@ -626,16 +622,7 @@ class _Phases:
                 seed=self.options.seed,
             )
         else:
-            bound = disruption_bound(
-                problem,
-                tier,
-                floors,
-                starts,
-                seconds,
-                clock or self.clock,
-                target=target,
-                columns=columns,
-            )
+            bound = disruption_bound(*args, target=target, columns=columns)
         if maximise and bound is not None:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
