@@ -28,6 +28,7 @@ import pytest
 from e2e_controlplane import ControlPlane, wait_for
 from e2e_extender import CaricoFactory
 from e2e_inprocess_extender import InProcessExtender
+from e2e_workloads import replica_set
 from fake_kubelet import FakeKubelet, NodeSpec
 from kubernetes.client.rest import ApiException
 
@@ -65,33 +66,8 @@ class Bed:
         self.nodes = {k: f"{namespace}-{k}" for k in LAYOUT}
 
     def replica_set(self, name: str, cpu: str, memory: str) -> None:
-        labels = {"app": name}
         self.apps.create_namespaced_replica_set(
-            self.ns,
-            {
-                "apiVersion": "apps/v1",
-                "kind": "ReplicaSet",
-                "metadata": {"name": name},
-                "spec": {
-                    "replicas": 1,
-                    "selector": {"matchLabels": labels},
-                    "template": {
-                        "metadata": {"labels": labels},
-                        "spec": {
-                            "schedulerName": CARICO_PROFILE,
-                            "nodeSelector": {POOL: self.ns},
-                            "terminationGracePeriodSeconds": 0,
-                            "containers": [
-                                {
-                                    "name": "main",
-                                    "image": "registry.invalid/x:1",
-                                    "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                                }
-                            ],
-                        },
-                    },
-                },
-            },
+            self.ns, replica_set(name, cpu, memory, CARICO_PROFILE, {POOL: self.ns}, 0)
         )
 
     def pods(self) -> list[Any]:

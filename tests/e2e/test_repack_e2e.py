@@ -27,6 +27,7 @@ import kubernetes
 import pytest
 from e2e_controlplane import ControlPlane, wait_for
 from e2e_extender import CaricoFactory
+from e2e_workloads import replica_set
 from fake_kubelet import FakeKubelet, NodeSpec
 
 from carico.schedconfig import CARICO_PROFILE
@@ -64,30 +65,7 @@ def small_pool(
 
 
 def _replicaset(name: str, cpu: str, memory: str, scheduler: str) -> dict[str, Any]:
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "ReplicaSet",
-        "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "schedulerName": scheduler,
-                    "nodeSelector": {POOL_LABEL: POOL},
-                    "containers": [
-                        {
-                            "name": "main",
-                            "image": "registry.invalid/x:1",
-                            "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                        }
-                    ],
-                },
-            },
-        },
-    }
+    return replica_set(name, cpu, memory, scheduler, {POOL_LABEL: POOL})
 
 
 def _pod_of(core: kubernetes.client.CoreV1Api, ns: str, app: str) -> Any:
