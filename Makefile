@@ -21,8 +21,10 @@ lint: $(STAMP)
 	$(VENV)/bin/hadolint Dockerfile
 	$(VENV)/bin/shellcheck deploy/image/*.sh
 
+# Two workers: the e2e tier (one worker, it shares one control plane) mostly waits on its
+# processes, so the other tests run beside it.
 unit: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n 2 --dist loadgroup
 
 # The e2e tier runs inside pytest, so the control-plane binaries must exist first.
 test: lint e2e-bin browser unit

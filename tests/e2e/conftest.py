@@ -33,6 +33,19 @@ FAKE_NODES = tuple(
 )
 
 
+E2E_DIR = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the group marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make unit`` runs two workers), every test of this tier runs in one
+    worker: they share the session's control plane and agents, which are far too dear to start
+    once per worker."""
+    for item in items:
+        if item.path.is_relative_to(E2E_DIR):
+            item.add_marker(pytest.mark.xdist_group("e2e"))
+
+
 NODE_GRACE_S = 20.0
 HEARTBEAT_S = 2.0
 
