@@ -55,6 +55,10 @@ NODE_LIMIT = 3000
 INEXACT_SHARE = 0.25
 # columns an LP dive may forbid after fixing them made the placed floors infeasible
 BACKTRACKS = 20
+# relative error of a single-precision pattern value (float32 has 24 bits: 6e-8, with margin
+# for the sum over a pattern's classes), added to every listed node's best value so the
+# Lagrangian bound stays valid
+ROUNDING = 1e-5
 
 Clock = Callable[[], float]
 
@@ -132,12 +136,20 @@ class _Listed:
                 [problem.classes[c].current[n] for c in listing.classes], dtype=np.float32
             )
             held = np.flatnonzero(cur)
-            self.stays[n] = np.minimum(counts[:, held], cur[held]).sum(axis=1)
+            self.stays[n] = MOVE_COST * np.minimum(counts[:, held], cur[held]).sum(axis=1)
 
     def values(self, pi: dict[int, float]) -> np.ndarray:
-        """pi.P for every listed pattern P."""
-        duals = np.array([pi.get(c, 0.0) for c in self.listing.classes], dtype=np.float64)
+        """pi.P for every listed pattern P, in single precision (the listing's: a tenth of the
+        time of a double product); ``exact`` recomputes the one that matters."""
+        duals = np.array([pi.get(c, 0.0) for c in self.listing.classes], dtype=np.float32)
         return self.listing.counts @ duals
+
+    def exact(self, n: int, i: int, pi: dict[int, float]) -> float:
+        """pi.P + MOVE_COST * stays of pattern i on node n, in double precision."""
+        row = self.listing.counts[i]
+        return float(self.stays[n][i]) + sum(
+            pi.get(c, 0.0) * float(row[j]) for j, c in enumerate(self.listing.classes) if row[j]
+        )
 
 
 def _listable(problem: Problem, active: Sequence[int], n: int) -> bool:
@@ -253,8 +265,9 @@ class _Master:
             return False
         classes = self.problem.classes
         self.node_rows[n].SetCoefficient(var, 1)
-        cost = MOVE_COST * sum(
-            max(0, classes[c].current[n] - pattern.get(c, 0)) for c in self.active
+        # pods that leave: the node's current pods less those a slot of their class keeps
+        cost = MOVE_COST * (
+            self.on_node[n] - sum(min(k, classes[c].current[n]) for c, k in pattern.items())
         )
         self.objective.SetCoefficient(var, cost)
         for c, k in pattern.items():
@@ -303,15 +316,19 @@ class _Master:
                 for n in group.members:
                     if n in skip:
                         continue
-                    values = shared + MOVE_COST * group.stays[n]
-                    k = min(TOP_COLUMNS, len(values))
-                    top = np.argpartition(-values, k - 1)[:k]
-                    top = top[np.argsort(-values[top])]
-                    ceiling = float(values[top[0]])
+                    values = shared + group.stays[n]
+                    i = int(np.argmax(values))
+                    # the single-precision maximum may miss the true one by a rounding error
+                    ceiling = group.exact(n, i, pi) + ROUNDING * (1 + float(values[i]))
                     bound += MOVE_COST * self.on_node[n] - ceiling
-                    for i in top:
-                        if MOVE_COST * self.on_node[n] - values[i] - mu[n] < -EPS:
-                            added |= self.add(n, group.listing.pattern(int(i)))
+                    if MOVE_COST * self.on_node[n] - values[i] - mu[n] >= -EPS:
+                        continue  # no column of n prices out
+                    # the patterns that price out, best first (at most TOP_COLUMNS)
+                    good = np.flatnonzero(values > MOVE_COST * self.on_node[n] - mu[n] + EPS)
+                    if len(good) > TOP_COLUMNS:
+                        good = good[np.argpartition(-values[good], TOP_COLUMNS - 1)[:TOP_COLUMNS]]
+                    for i in good[np.argsort(-values[good])]:
+                        added |= self.add(n, group.listing.pattern(int(i)))
             for n in self.nodes:
                 if n in skip or n in by_node:
                     continue
@@ -392,6 +409,7 @@ def disruption_bound(
     target: int | None = None,
     columns: dict[int, list[dict[int, int]]] | None = None,
     packings: list[Assignment] | None = None,
+    listed_only: bool = False,
 ) -> int:
     """A lower bound on the disruption (priority >= ``tier``) of any assignment that places at
     least ``value`` pods at priority >= q for every (q, value) in ``placed_floors``.
@@ -400,7 +418,8 @@ def disruption_bound(
     the value to prove (the incumbent's); the search stops as soon as the bound reaches it.
     ``columns`` collects the generated patterns per node (for ``disruption_solution``).
     ``packings``: when the LP converged below ``target``, its dive appends the assignment it
-    reaches (which the caller checks against every other constraint).
+    reaches (which the caller checks against every other constraint). ``listed_only``: give up
+    (0) unless every node is priced from a listing (the knapsack pricing would be too slow).
     Returns 0 when nothing better is known.
     """
     deadline = clock() + seconds
@@ -414,11 +433,13 @@ def disruption_bound(
         for n in master.nodes:
             master.add(n, {c: x[c][n] for c in active if x[c][n]})
     listed = _listings(problem, active, seconds, deadline, clock)
+    exact = sum(len(group.members) for group in listed) == len(master.nodes)
+    if listed_only and not exact:
+        return 0
     value, best = master.converge(listed, deadline, clock, target)
     bound = _ceil(best)
     if value is not None and (target is None or bound < target):
-        # converged: the exact LP value bounds too (the Lagrangian meets it up to rounding)
-        if len(listed) and all(n in {m for g in listed for m in g.members} for n in master.nodes):
+        if exact:  # converged with exact pricing: the LP value bounds (the Lagrangian meets it)
             bound = max(bound, _ceil(value))
         if packings is not None:
             chosen = master.dive(listed, deadline, clock, target)

@@ -524,9 +524,11 @@ class _Phases:
 
         best = x
         # small clusters: the bound converges in well under a second and often proves the
-        # phase; on large ones its pricing is too slow to help (measured on 16-32 nodes with
-        # 3-4 s phases: no proof, and the LNS that gets its time instead ends lower)
-        if len(problem.node_names) < LNS_MIN_NODES and seconds >= SIDE_BOUND_SECONDS:
+        # phase; on large ones its knapsack pricing is too slow to help (measured on 16-32
+        # nodes with 3-4 s phases: no proof, and the LNS that gets its time instead ends
+        # lower), so there it runs only when every node is priced from listed patterns
+        large = len(problem.node_names) >= LNS_MIN_NODES
+        if seconds >= SIDE_BOUND_SECONDS:
             lower, packed = self._patterns(
                 tier,
                 False,
@@ -535,6 +537,7 @@ class _Phases:
                 SIDE_BOUND_SHARE * seconds,
                 _disruption(problem, x, tier),
                 deadline,
+                first=large,
                 clock=clock,
             )
             stopper.bound = bound = max(bound, lower or 0)
@@ -622,13 +625,17 @@ class _Phases:
                 seed=self.options.seed,
             )
         else:
-            bound = disruption_bound(*args, target=target, columns=columns)
+            bound = disruption_bound(
+                *args, target=target, columns=columns, packings=dived, listed_only=first
+            )
         if maximise and bound is not None:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
             return bound, None
+        dived = [relabel(problem, x, tier, self.groups) for x in dived] if not maximise else dived
         dived = [x for x in dived if _satisfies(problem, x, fixes, tier)]
-        if dived and _placed(problem, dived[0], tier) == bound:
+        of = _placed if maximise else _disruption
+        if dived and of(problem, dived[0], tier) == bound:
             return bound, dived[0]  # the dive met the bound: no packing can do better
         packed = packing_of(
             problem,
