@@ -358,15 +358,12 @@ class _Master:
         deadline: float,
         clock: Clock,
         worse: int | None,
-        partial: dict[int, dict[int, int]] | None = None,
     ) -> dict[int, dict[int, int]] | None:
         """An integral choice of one column per node by LP diving: fix the column the LP uses
         most on a node not fixed yet, price the other nodes again, repeat. When a fix makes the
         LP infeasible (the placed floors no longer fit), the latest fixes are undone and their
         columns forbidden, at most BACKTRACKS in all. Gives up when the LP cannot beat
-        ``worse`` any more, stays infeasible, or at ``deadline``; ``partial`` then holds the
-        last rounding (fixed nodes on their column, the others on the column their LP uses
-        most)."""
+        ``worse`` any more, stays infeasible, or at ``deadline``."""
         fixed: dict[int, dict[int, int]] = {}
         stack: list[tuple[int, Any]] = []  # the fixes in order: (node, variable)
         backtracks = BACKTRACKS
@@ -380,10 +377,6 @@ class _Master:
                     level = var.solution_value()
                     if n not in top or level > top[n][0]:
                         top[n] = (level, pattern, var)
-            if partial is not None:
-                partial.clear()
-                partial.update(fixed)
-                partial.update({n: pattern for n, (_, pattern, _) in top.items()})
             # every node whose LP already picks one column in full is fixed to it at once, then
             # the node with the largest fractional column
             whole = [n for n, (level, _, _) in top.items() if level > 1 - 1e-6]
@@ -428,8 +421,7 @@ def disruption_bound(
     the value to prove (the incumbent's); the search stops as soon as the bound reaches it.
     ``columns`` collects the generated patterns per node (for ``disruption_solution``).
     ``packings``: when the LP converged below ``target``, its dive appends the assignment it
-    reaches or, when it fails, its last rounding (every node on the column its LP used most,
-    which may place too few pods); the caller checks it against every constraint.
+    reaches (the caller checks it against every constraint).
     ``listed_only``: give up (0) unless every node is priced from a listing (the knapsack
     pricing would be too slow).
     Returns 0 when nothing better is known.
@@ -454,10 +446,9 @@ def disruption_bound(
         if exact:  # converged with exact pricing: the LP value bounds (the Lagrangian meets it)
             bound = max(bound, _ceil(value))
         if packings is not None:
-            partial: dict[int, dict[int, int]] = {}
-            chosen = master.dive(listed, deadline, clock, target, partial)
-            if chosen is not None or len(partial) == len(master.nodes):
-                packings.append(fill(problem, tier, partial if chosen is None else chosen))
+            chosen = master.dive(listed, deadline, clock, target)
+            if chosen is not None:
+                packings.append(fill(problem, tier, chosen))
     return bound
 
 
@@ -472,13 +463,10 @@ def disruption_solution(
     columns: dict[int, list[dict[int, int]]],
     seconds: float,
     workers: int = 0,
-    hint: Assignment | None = None,
 ) -> Assignment | None:
     """Price-and-branch: the least disruptive choice of one generated pattern per node that meets
     the placed floors, as an assignment (``fill``; the caller checks the result against every
-    other constraint). ``hint``: an assignment whose node patterns are columns (a start of the
-    bound), the search's first solution (without it, a search on 32 nodes with a tight placed
-    floor found none in seconds)."""
+    other constraint)."""
     active = problem.active(tier)
     nodes = range(len(problem.node_names))
     if any(not columns.get(n) for n in nodes):
@@ -514,11 +502,6 @@ def disruption_solution(
         if removed:
             cost.append(MOVE_COST * removed * var)
     m.minimize(sum(cost))
-    if hint is not None:
-        for n in nodes:
-            own = {c: hint[c][n] for c in active if hint[c][n]}
-            for i, pat in enumerate(columns[n]):
-                m.add_hint(use[n, i], pat == own)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.01, seconds)
     solver.parameters.num_workers = workers

@@ -636,19 +636,8 @@ class _Phases:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
             return bound, None
-        if not maximise:
-            # a failed disruption dive leaves a rounding that may place too few pods: LNS places
-            # them back (then the moves it adds are for the disrupt phase's LNS to undo)
-            floor = max((v for q, v in floors if q == tier), default=0)
-            until = (clock or self.clock)() + PACK_SHARE * (deadline - (clock or self.clock)())
-            dived = [
-                relabel(problem, x, tier, self.groups)
-                if _placed(problem, x, tier) >= floor
-                else lns.improve(
-                    problem, x, tier, until, clock or self.clock, self.options.seed, floor
-                )
-                for x in dived
-            ]
+        if not maximise:  # relabelling may still save moves on interchangeable nodes
+            dived = [relabel(problem, x, tier, self.groups) for x in dived]
         dived = [x for x in dived if _satisfies(problem, x, fixes, tier)]
         of = _placed if maximise else _disruption
         if dived and of(problem, dived[0], tier) == bound:
