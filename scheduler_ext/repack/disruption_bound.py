@@ -37,6 +37,7 @@ Pure: the clock is a parameter. Neighbours: ``bounds`` (ColumnPool, knapsack), `
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,7 +46,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.bounds import STATES_PER_SECOND, ColumnPool, knapsack
-from scheduler_ext.repack.classes import EVICT_COST, MOVE_COST, Assignment, Problem
+from scheduler_ext.repack.classes import EVICT_COST, MOVE_COST, Assignment, Problem, disruption
 from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, group_patterns
 
 EPS = 1e-7
@@ -55,6 +56,10 @@ NODE_LIMIT = 3000
 INEXACT_SHARE = 0.25
 # columns an LP dive may forbid after fixing them made the placed floors infeasible
 BACKTRACKS = 20
+# dives from one LP at most, and the largest random bonus a node's LP level gets in a dive
+# after the first
+DIVES = 10
+NOISE = 0.3
 # relative error of a single-precision pattern value (float32 has 24 bits: 6e-8, with margin
 # for the sum over a pattern's classes), added to every listed node's best value so the
 # Lagrangian bound stays valid
@@ -358,9 +363,11 @@ class _Master:
         deadline: float,
         clock: Clock,
         worse: int | None,
+        rng: random.Random | None = None,
     ) -> dict[int, dict[int, int]] | None:
         """An integral choice of one column per node by LP diving: fix the column the LP uses
-        most on a node not fixed yet, price the other nodes again, repeat. When a fix makes the
+        most on a node not fixed yet (with ``rng``, ties broken at random: levels get a random
+        bonus of up to NOISE), price the other nodes again, repeat. When a fix makes the
         LP infeasible (the placed floors no longer fit), the latest fixes are undone and their
         columns forbidden, at most BACKTRACKS in all. Gives up when the LP cannot beat
         ``worse`` any more, stays infeasible, or at ``deadline``."""
@@ -381,7 +388,8 @@ class _Master:
             # the node with the largest fractional column
             whole = [n for n, (level, _, _) in top.items() if level > 1 - 1e-6]
             if not whole and top:
-                whole = [max(top, key=lambda n: top[n][0])]
+                bonus = {n: NOISE * rng.random() if rng else 0.0 for n in top}
+                whole = [max(top, key=lambda n: top[n][0] + bonus[n])]
             for n in whole:
                 fixed[n] = top[n][1]
                 top[n][2].SetLb(1)
@@ -400,6 +408,12 @@ class _Master:
             if value is None or (worse is not None and value > worse - 1 + 1e-6):
                 return None
         return None
+
+    def reset(self) -> None:
+        """Undo every fix and ban of a dive."""
+        for columns in self.added.values():
+            for _, var in columns:
+                var.SetBounds(0, 1)
 
 
 def disruption_bound(
@@ -446,10 +460,41 @@ def disruption_bound(
         if exact:  # converged with exact pricing: the LP value bounds (the Lagrangian meets it)
             bound = max(bound, _ceil(value))
         if packings is not None:
-            chosen = master.dive(listed, deadline, clock, target)
-            if chosen is not None:
-                packings.append(fill(problem, tier, chosen))
+            found = _dives(problem, tier, master, listed, deadline, clock, target, bound)
+            if found is not None:
+                packings.append(found)
     return bound
+
+
+def _dives(
+    problem: Problem,
+    tier: int,
+    master: _Master,
+    listed: Sequence[_Listed],
+    deadline: float,
+    clock: Clock,
+    target: int | None,
+    bound: int,
+) -> Assignment | None:
+    """The least disruptive assignment of up to DIVES dives from the converged LP (the first
+    deterministic, the others with random tie-breaks; each must beat the best so far), until
+    one meets ``bound`` or ``deadline``."""
+    rng = random.Random(0)
+    best: Assignment | None = None
+    worse = target
+    for attempt in range(DIVES):
+        chosen = master.dive(listed, deadline, clock, worse, rng if attempt else None)
+        if chosen is not None:
+            x = fill(problem, tier, chosen)
+            cost = sum(disruption(problem.classes[c], x[c]) for c in problem.active(tier))
+            if worse is None or cost < worse:
+                best, worse = x, cost
+        if (worse is not None and worse <= bound) or clock() >= deadline:
+            break
+        master.reset()
+        if master.converge(listed, deadline, clock, None)[0] is None:
+            break
+    return best
 
 
 def _ceil(value: float) -> int:
