@@ -456,13 +456,13 @@ def disruption_bound(
         return 0
     value, best = master.converge(listed, deadline, clock, target)
     bound = _ceil(best)
-    if value is not None and (target is None or bound < target):
-        if exact:  # converged with exact pricing: the LP value bounds (the Lagrangian meets it)
-            bound = max(bound, _ceil(value))
-        if packings is not None:
-            found = _dives(problem, tier, master, listed, deadline, clock, target, bound)
-            if found is not None:
-                packings.append(found)
+    # converged with exact pricing, the Lagrangian bound meets the LP value up to the pricing's
+    # rounding margins; the LP value itself is not used (a column missed by a rounding error
+    # could leave it a hair above the true optimum)
+    if value is not None and (target is None or bound < target) and packings is not None:
+        found = _dives(problem, tier, master, listed, deadline, clock, target, bound)
+        if found is not None:
+            packings.append(found)
     return bound
 
 
