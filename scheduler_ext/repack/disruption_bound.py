@@ -60,6 +60,10 @@ BACKTRACKS = 20
 # after the first
 DIVES = 10
 NOISE = 0.3
+# a randomised dive fixes this share of the nodes left per step (measured on 32 identical
+# nodes: dives 2-4 times faster than one node per step, as good on average, but the first,
+# deterministic dive keeps one node per step: batched, it failed on one of two instances)
+BATCH = 6
 # relative error of a single-precision pattern value (float32 has 24 bits: 6e-8, with margin
 # for the sum over a pattern's classes), added to every listed node's best value so the
 # Lagrangian bound stays valid
@@ -367,7 +371,8 @@ class _Master:
     ) -> dict[int, dict[int, int]] | None:
         """An integral choice of one column per node by LP diving: fix the column the LP uses
         most on a node not fixed yet (with ``rng``, ties broken at random: levels get a random
-        bonus of up to NOISE), price the other nodes again, repeat. When a fix makes the
+        bonus of up to NOISE, and the best 1/BATCH of the nodes left are fixed at once, which
+        is several times faster), price the other nodes again, repeat. When a fix makes the
         LP infeasible (the placed floors no longer fit), the latest fixes are undone and their
         columns forbidden, at most BACKTRACKS in all. Gives up when the LP cannot beat
         ``worse`` any more, stays infeasible, or at ``deadline``."""
@@ -389,7 +394,8 @@ class _Master:
             whole = [n for n, (level, _, _) in top.items() if level > 1 - 1e-6]
             if not whole and top:
                 bonus = {n: NOISE * rng.random() if rng else 0.0 for n in top}
-                whole = [max(top, key=lambda n: top[n][0] + bonus[n])]
+                ranked = sorted(top, key=lambda n: -(top[n][0] + bonus[n]))
+                whole = ranked[: max(1, len(ranked) // BATCH) if rng else 1]
             for n in whole:
                 fixed[n] = top[n][1]
                 top[n][2].SetLb(1)
