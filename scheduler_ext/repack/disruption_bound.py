@@ -28,8 +28,13 @@ time runs out before the column generation converges. Disruption limits of the h
 PDB budgets are dropped, which only weakens the bound.
 
 Solutions: ``disruption_solution`` picks one generated column per node by CP-SAT
-(price-and-branch); the bound's LP dive (``packings``) fixes, node by node, the column the LP
-uses most, prices again, and turns the integral pattern choice into an assignment (``fill``).
+(price-and-branch); the bound's LP dives (``packings``) fix, node by node, the column the LP
+uses most, price again (undoing the latest fixes when the placed floors stop fitting), and turn
+the integral pattern choice into an assignment (``fill``); dives after the first break ties at
+random. Measured: on 16 identical nodes with four pods per node (5 000-6 000 maximal patterns)
+the bound converges in under 0.1 s and the first dive meets it; on 32 such nodes (75 000-100 000
+patterns) the listing takes 0.15-0.35 s, the convergence 0.4-1.6 s and a dive 0.4-4.5 s on a
+loaded 2-core machine, too slow for a sub-second phase.
 Pure: the clock is a parameter. Neighbours: ``bounds`` (ColumnPool, knapsack), ``patterns``,
 ``solver``.
 """
