@@ -257,3 +257,17 @@ def test_listed_bound_and_dive_prove_sixteen_identical_nodes(seed: int) -> None:
     disrupt = [p for p in plan.phases if p.phase == "disrupt" and not p.skipped]
     assert disrupt and disrupt[-1].status == "OPTIMAL" and disrupt[-1].value == disrupt[-1].bound
     assert plan.after.vector[-1] == -disrupt[-1].value
+
+
+def test_listed_only_gives_up_without_listings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the solver asks for listed pricing only on large clusters: without a listing the bound
+    # must give up (0) rather than fall back to the slow knapsack pricing
+    problem = build_problem(dict(instances(Cell(3, 3, 105, 1), 3))[2])
+    tier = problem.tiers[-1]
+    floor, start = list(_floors(problem))[-1]
+    args = (problem, tier, [(tier, floor)], [start], 10.0, time.monotonic)
+    listed = disruption_bound(*args, listed_only=True)
+    assert listed == disruption_bound(*args) > 0  # the instance needs moves: a real bound
+    monkeypatch.setattr(dbound, "MAX_STATES", 0)
+    assert disruption_bound(*args, listed_only=True) == 0
+    assert disruption_bound(*args) == listed  # the knapsack pricing is exact here too
