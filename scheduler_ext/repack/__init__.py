@@ -10,7 +10,8 @@ Modules, from input to output:
 * ``heuristics`` — starting solutions (keep-and-fill, make-room, first/best-fit-decreasing) and a
   move-reducing local search;
 * ``bounds`` — the pattern-LP upper bound on placed pods and price-and-branch packing;
-* ``disruption_bound`` — the per-node pattern-LP lower bound on a tier's disruption;
+* ``disruption_bound`` — the per-node pattern-LP lower bound on a tier's disruption (priced
+  exactly from listed maximal patterns where possible), its LP dive and price-and-branch;
 * ``solver`` — the lexicographic tier loop, time budget, hints and bounds;
 * ``plan`` — the Plan the solver returns (moves, placements, evictions, steps, phases);
 * ``sequencing`` — an order of steps that never overloads a node;

@@ -20,11 +20,14 @@ from the generated patterns. On
 SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
 one search with all the time left and no pattern bound (it would not converge in that time). A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
-``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
-an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES
-nodes or more with less than MIN_BOUND_SECONDS, only the LNS. Otherwise, on several cores, that
-search runs in a thread from the start, beside the LNS and, on small clusters, the bound
-(``_side_by_side``).
+``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12
+nodes or more an LNS that undoes moves, then one search with that bound as a cut; on
+SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS, only the LNS. Otherwise, on
+several cores, that search runs in a thread from the start (``_side_by_side``), beside the bound
+with its dive and packing (on 12 nodes or more only when every node is priced from listed
+maximal patterns, which is exact and fast: on 16 identical nodes with four pods per node the
+dive meets the bound, a proof, in a few tenths of a second) and then the LNS; the bound stops
+the search as soon as a solution meets it.
 Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
 outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
 the fewest pods.
@@ -495,8 +498,9 @@ class _Phases:
         deadline: float,
     ) -> tuple[Any, Assignment | None, int | None, int, Assignment, int]:
         """A disrupt phase on several cores: the search runs in a thread (CP-SAT releases the
-        GIL) on all cores but one, while this one computes the pattern-LP bound (and its
-        packing), then undoes moves by LNS from the best assignment; a bound met by either
+        GIL) on all cores but one, while this one computes the pattern-LP bound (and its dive
+        and packing; on LNS_MIN_NODES nodes or more only when listed patterns price every
+        node), then undoes moves by LNS from the best assignment; a bound met by either
         side stops the other. (Measured: the search, the packing and the LNS each find the
         best disruption first on some instances.) Returns the search's (status, solution,
         objective bound, weight), the best other assignment and the bound."""
@@ -524,9 +528,11 @@ class _Phases:
 
         best = x
         # small clusters: the bound converges in well under a second and often proves the
-        # phase; on large ones its pricing is too slow to help (measured on 16-32 nodes with
-        # 3-4 s phases: no proof, and the LNS that gets its time instead ends lower)
-        if len(problem.node_names) < LNS_MIN_NODES and seconds >= SIDE_BOUND_SECONDS:
+        # phase; on large ones its knapsack pricing is too slow to help (measured on 16-32
+        # nodes with 3-4 s phases: no proof, and the LNS that gets its time instead ends
+        # lower), so there it runs only when every node is priced from listed patterns
+        large = len(problem.node_names) >= LNS_MIN_NODES
+        if seconds >= SIDE_BOUND_SECONDS:
             lower, packed = self._patterns(
                 tier,
                 False,
@@ -535,6 +541,7 @@ class _Phases:
                 SIDE_BOUND_SHARE * seconds,
                 _disruption(problem, x, tier),
                 deadline,
+                first=large,
                 clock=clock,
             )
             stopper.bound = bound = max(bound, lower or 0)
@@ -622,13 +629,18 @@ class _Phases:
                 seed=self.options.seed,
             )
         else:
-            bound = disruption_bound(*args, target=target, columns=columns)
+            bound = disruption_bound(
+                *args, target=target, columns=columns, packings=dived, listed_only=first
+            )
         if maximise and bound is not None:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
             return bound, None
+        if not maximise:  # relabelling may still save moves on interchangeable nodes
+            dived = [relabel(problem, x, tier, self.groups) for x in dived]
         dived = [x for x in dived if _satisfies(problem, x, fixes, tier)]
-        if dived and _placed(problem, dived[0], tier) == bound:
+        of = _placed if maximise else _disruption
+        if dived and of(problem, dived[0], tier) == bound:
             return bound, dived[0]  # the dive met the bound: no packing can do better
         packed = packing_of(
             problem,

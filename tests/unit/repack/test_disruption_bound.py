@@ -1,15 +1,23 @@
 """The disruption lower bound never exceeds the true minimum (checked by brute force on small
-instances) and proves the fragmentation article's example."""
+instances, also when time cuts it short), equals the full pattern LP where patterns are listed,
+its dive and price-and-branch return feasible assignments, and it proves the fragmentation
+article's example and 16 identical nodes."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from ortools.linear_solver import pywraplp
 from repack_builders import fragmentation_list
 
+from scheduler_ext.repack import disruption_bound as dbound
 from scheduler_ext.repack.classes import (
+    EVICT_COST,
+    MOVE_COST,
     Assignment,
     Problem,
     build_problem,
@@ -17,10 +25,11 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
 )
-from scheduler_ext.repack.disruption_bound import disruption_bound
+from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution, fill
 from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.heuristics import best_start
 from scheduler_ext.repack.snapshot import parse_list
+from scheduler_ext.repack.solver import SolveOptions, solve
 
 
 def _all_assignments(problem: Problem) -> Iterator[Assignment]:
@@ -98,3 +107,167 @@ def test_disruption_bound_proves_the_article_example() -> None:
     start, ok = best_start(problem, current_assignment(problem), 0)
     assert ok and sum(sum(r) for r in start) == placed_all
     assert disruption_bound(problem, 0, [(0, placed_all)], [start], 10.0, time.monotonic) == 1
+
+
+def _all_patterns(problem: Problem, n: int) -> list[dict[int, int]]:
+    """Every pattern of node n (pods per class that fit it, at most each class's pods), listed
+    by brute force over every count vector."""
+    classes = [c for c, cls in enumerate(problem.classes) if cls.allowed(n)]
+    ranges = [range(min(problem.classes[c].total, problem.node_upper(c, n)) + 1) for c in classes]
+    out = []
+    for counts in itertools.product(*ranges):
+        if all(
+            sum(k * problem.classes[c].requests[r] for c, k in zip(classes, counts, strict=True))
+            <= problem.capacity[n][r]
+            for r in range(len(problem.resources))
+        ):
+            out.append({c: k for c, k in zip(classes, counts, strict=True) if k})
+    return out
+
+
+def _full_lp(problem: Problem, floor: int) -> float:
+    """The per-node pattern LP over every pattern (no column generation, no listing): each node
+    picks a convex combination of patterns, y_c <= pods of c and <= slots of c, evictions
+    e_c >= running_c - y_c cost EVICT_COST - MOVE_COST more, sum y >= floor."""
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    classes = range(len(problem.classes))
+    y = [lp.NumVar(0, problem.classes[c].total, f"y{c}") for c in classes]
+    cover = [lp.Constraint(0, lp.infinity()) for _ in classes]
+    objective = lp.Objective()
+    for c in classes:
+        cover[c].SetCoefficient(y[c], -1)
+        running = problem.classes[c].n_running
+        e = lp.NumVar(0, running, f"e{c}")
+        row = lp.Constraint(running, lp.infinity())
+        row.SetCoefficient(e, 1)
+        row.SetCoefficient(y[c], 1)
+        objective.SetCoefficient(e, EVICT_COST - MOVE_COST)
+    placed = lp.Constraint(floor, lp.infinity())
+    for v in y:
+        placed.SetCoefficient(v, 1)
+    for n in range(len(problem.node_names)):
+        convex = lp.Constraint(1, 1)
+        for pattern in _all_patterns(problem, n):
+            var = lp.NumVar(0, 1, "")
+            convex.SetCoefficient(var, 1)
+            for c, k in pattern.items():
+                cover[c].SetCoefficient(var, k)
+            left = sum(
+                max(0, cls.current[n] - pattern.get(c, 0)) for c, cls in enumerate(problem.classes)
+            )
+            objective.SetCoefficient(var, MOVE_COST * left)
+    objective.SetMinimization()
+    assert lp.Solve() == pywraplp.Solver.OPTIMAL
+    return float(objective.Value())
+
+
+def _floors(problem: Problem) -> Iterator[tuple[int, Assignment]]:
+    """Placed floors from the current count up to the most pods a start places, with a start
+    meeting each."""
+    start, _ = best_start(problem, current_assignment(problem), problem.tiers[-1])
+    starts = [current_assignment(problem), start]
+    most = max(sum(sum(r) for r in x) for x in starts)
+    for floor in range(sum(cls.n_running for cls in problem.classes), most + 1):
+        yield floor, next(x for x in starts if sum(sum(r) for r in x) >= floor)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(3))
+def test_listed_bound_is_the_full_pattern_lp_rounded_up(cell: Cell, seed: int) -> None:
+    # identical nodes with few pods each: every node is priced from its group's listed maximal
+    # patterns, so the bound is exactly the LP over every pattern, rounded up
+    problem = build_problem(instances(cell, 3)[seed][1])
+    tier = problem.tiers[-1]
+    checked = 0
+    for floor, start in _floors(problem):
+        bound = disruption_bound(problem, tier, [(tier, floor)], [start], 10.0, time.monotonic)
+        # 1e-6: GLOP's optimality tolerance, far below the distance between integers
+        assert bound == max(0, math.ceil(_full_lp(problem, floor) - 1e-6)), floor
+        checked += 1
+    assert checked >= 1
+
+
+def _ticking() -> Callable[[], float]:
+    """A clock one second further on at every reading."""
+    ticks = itertools.count()
+    return lambda: float(next(ticks))
+
+
+@pytest.mark.parametrize("listing", [True, False], ids=["listed", "knapsack"])
+@pytest.mark.parametrize("steps", [1, 3, 10, 40])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_bound_cut_short_by_time_is_still_below_the_minimum(
+    listing: bool, steps: int, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a clock that moves on at every reading ends the column generation after a few rounds: the
+    # Lagrangian bound of whatever duals it reached must still hold
+    if not listing:
+        monkeypatch.setattr(dbound, "MAX_STATES", 0)  # no listing: every node by knapsack
+    problem = build_problem(instances(Cell(2, 4, 105, 1), 3)[seed][1])
+    tier = problem.tiers[-1]
+    minimum = _brute_force(problem)
+    for floor, start in _floors(problem):
+        bound = disruption_bound(problem, tier, [(tier, floor)], [start], steps, _ticking())
+        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        assert 0 <= bound <= truth, (floor, bound, truth)
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(3))
+def test_dive_and_price_and_branch_return_feasible_assignments_above_the_bound(
+    cell: Cell, seed: int
+) -> None:
+    problem = build_problem(instances(cell, 3)[seed][1])
+    tier = problem.tiers[-1]
+    minimum = _brute_force(problem)
+    floor, start = list(_floors(problem))[-1]
+    columns: dict[int, list[dict[int, int]]] = {}
+    dived: list[Assignment] = []
+    bound = disruption_bound(
+        problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, 10**6, columns, dived
+    )
+    packed = disruption_solution(problem, tier, [(tier, floor)], columns, 10.0, 1)
+    truth = min(v for placed, v in minimum.items() if placed >= floor)
+    found = [x for x in [*dived, packed] if x is not None]
+    assert packed is not None  # the starts' own columns always make one choice
+    for x in found:
+        assert feasible(problem, x)
+        assert sum(sum(row) for row in x) >= floor
+        cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+        assert bound <= truth <= cost
+
+
+def test_fill_keeps_current_pods_where_their_class_has_a_slot() -> None:
+    problem = build_problem(instances(Cell(2, 4, 105, 1), 3)[0][1])
+    tier = problem.tiers[-1]
+    x = current_assignment(problem)
+    chosen = {n: {c: x[c][n] for c in range(len(x)) if x[c][n]} for n in range(2)}
+    # the current placement's own patterns give the current placement back: nothing moves
+    assert fill(problem, tier, chosen) == x
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_listed_bound_and_dive_prove_sixteen_identical_nodes(seed: int) -> None:
+    # 16 identical nodes, 4 pods per node, 100 % usage: every pod but one can be placed; the
+    # listed bound and its dive settle the disruption of that placement (CP-SAT's own bound
+    # stays far below it within 10 s)
+    snapshot = instances(Cell(16, 4, 100, 1), 2)[seed][1]
+    plan = solve(snapshot, SolveOptions(time_limit=60, workers=2))
+    assert plan.status == "OPTIMAL"
+    disrupt = [p for p in plan.phases if p.phase == "disrupt" and not p.skipped]
+    assert disrupt and disrupt[-1].status == "OPTIMAL" and disrupt[-1].value == disrupt[-1].bound
+    assert plan.after.vector[-1] == -disrupt[-1].value
+
+
+def test_listed_only_gives_up_without_listings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the solver asks for listed pricing only on large clusters: without a listing the bound
+    # must give up (0) rather than fall back to the slow knapsack pricing
+    problem = build_problem(dict(instances(Cell(3, 3, 105, 1), 3))[2])
+    tier = problem.tiers[-1]
+    floor, start = list(_floors(problem))[-1]
+    args = (problem, tier, [(tier, floor)], [start], 10.0, time.monotonic)
+    listed = disruption_bound(*args, listed_only=True)
+    assert listed == disruption_bound(*args) > 0  # the instance needs moves: a real bound
+    monkeypatch.setattr(dbound, "MAX_STATES", 0)
+    assert disruption_bound(*args, listed_only=True) == 0
+    assert disruption_bound(*args) == listed  # the knapsack pricing is exact here too
