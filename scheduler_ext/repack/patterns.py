@@ -30,7 +30,7 @@ from scheduler_ext.repack.classes import Problem
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
 # columns added to the master LP per group and pricing round (the best by reduced cost)
-TOP_COLUMNS = 8
+TOP_COLUMNS = 24
 
 
 @dataclass(frozen=True)

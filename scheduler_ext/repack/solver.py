@@ -612,16 +612,44 @@ class _Phases:
         bound: int,
         deadline: float,
     ) -> tuple[Any, Assignment | None, int | None, int, Assignment, int]:
-        """A place phase of a large cluster on several cores: the whole-model search runs in
-        a thread (CP-SAT releases the GIL) on all cores but one for the whole phase, while this
-        one computes the pattern-LP bound and its dive, then runs LNS (and, with a second or
-        more, the knapsack-priced pattern LP and more LNS). A bound met by either side stops
-        the other; the search ending (proof or time) ends the phase. Measured on 32 nodes: one
-        worker proves a 4-tier instance's last place phase in about 0.2 s, which the sequence
-        (pattern LP, LNS, then the search) reached only after 0.5 s; the pattern LP's dive
-        needs its whole share. Returns the search's (status, solution, objective bound,
-        weight), the best other assignment and the bound."""
+        """A place phase of a large cluster on several cores. First the pattern-LP bound and
+        its dive, alone: its listing and LP are CPU-bound Python and numpy, which a search
+        beside them slowed down twofold (measured on 32 nodes on a loaded 2-core machine: the
+        dive then missed the 1 s budget it otherwise meets). If that does not prove the phase,
+        the whole-model search runs in a thread (CP-SAT releases the GIL) on all cores but one
+        for the rest of the phase, while this one runs LNS (and, with a second or more, the
+        knapsack-priced pattern LP and more LNS). A bound met by either side stops the other;
+        the search ending (proof or time) ends the phase. Measured on 32 nodes: one worker
+        proves a 4-tier instance's last place phase in about 0.2 s, which the sequence
+        (pattern LP, LNS, then the search) reached only after 0.5 s. Returns the search's
+        (status, solution, objective bound, weight; UNKNOWN when it did not run), the best
+        other assignment and the bound."""
         problem = self.problem
+
+        def placed(y: Assignment) -> int:
+            return _placed(problem, y, tier)
+
+        # under a second on a large cluster: the listing, the LP and its dive need all of it
+        # (measured on 32 nodes: 0.1-0.2 s listing, 0.2 s LP, 0.2-0.6 s dive; the LNS after
+        # them placed at most one pod more); without a dive (a lower tier: ``_patterns``) the
+        # LP only bounds, and the search proves sooner (measured: 0.2 s, where the LP with the
+        # settled tiers' floors had not converged after 0.6 s)
+        short = len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
+        dive = not any(f.kind == "disruption" for f in fixes)
+        starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
+        left = deadline - self.clock()
+        share = (1.0 if short else PATTERN_SHARE) if dive else BOUND_SHARE
+        upper, packed = self._patterns(
+            tier, True, fixes, starts, share * left, placed(x), deadline, True
+        )
+        if upper is not None:
+            bound = min(bound, upper)
+        best = x
+        if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
+            best = packed
+        if placed(best) >= bound or deadline - self.clock() < 0.005:
+            return cp_model.UNKNOWN, None, None, 1, best, bound
+
         out: list[tuple[Any, Assignment | None, int | None, int]] = []
         failed: list[BaseException] = []
         # with the disruption tie-break the objective is not the placed count: no early stop
@@ -631,12 +659,9 @@ class _Phases:
             try:
                 workers = _cores(self.options) - 1
                 left = deadline - self.clock()
-                out.append(self._cp(tier, True, fixes, hint, left, None, workers, stopper))
+                out.append(self._cp(tier, True, fixes, best, left, None, workers, stopper))
             except BaseException as exc:  # re-raised in the caller's thread
                 failed.append(exc)
-
-        def placed(y: Assignment) -> int:
-            return _placed(problem, y, tier)
 
         def met() -> bool:
             return max(stopper.best, placed(best)) >= bound
@@ -648,34 +673,20 @@ class _Phases:
         def clock() -> float:  # the bound and the LNS end with the search
             return self.clock() if thread.is_alive() else float("inf")
 
-        def lower(upper: int | None) -> None:
-            nonlocal bound
-            if upper is not None and upper < bound:
-                bound = upper
-                if not self.options.tie_break:
-                    stopper.bound = bound
-
-        best = x
-        starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
-        left = deadline - self.clock()
-        upper, packed = self._patterns(
-            tier, True, fixes, starts, PATTERN_SHARE * left, placed(best), deadline, True, clock
-        )
-        lower(upper)
-        if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
-            best = packed
-        short = len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
-        if not met():
-            share = 1.0 if short or upper is not None else LNS_SHARE
-            best = self._improve(tier, best, fixes, share, deadline, bound, clock)
+        start = best
+        share = 1.0 if short or upper is not None else LNS_SHARE
+        best = self._improve(tier, best, fixes, share, deadline, bound, clock)
         if not met() and clock() < deadline:
             # the pattern LP with knapsack pricing (its listing did not fit), then LNS again
-            starts = [best, x, _restrict(problem, current_assignment(problem), tier)]
+            starts = [best, start, _restrict(problem, current_assignment(problem), tier)]
             left = deadline - self.clock()
             upper, packed = self._patterns(
                 tier, True, fixes, starts, BOUND_SHARE * left, placed(best), deadline, clock=clock
             )
-            lower(upper)
+            if upper is not None and upper < bound:
+                bound = upper
+                if not self.options.tie_break:
+                    stopper.bound = bound
             if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
                 best = packed
             if not met():
