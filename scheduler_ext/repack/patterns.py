@@ -29,7 +29,9 @@ from scheduler_ext.repack.classes import Problem
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
-# columns added to the master LP per group and pricing round (the best by reduced cost)
+# columns added to the master LP per group and pricing round (the best by reduced cost;
+# measured on 32 nodes with four pods per node at 1 s: with 24 instead of 8 the LP converged
+# in fewer rounds and its dive packed the optimum within the place phase in 3 of 4 runs, not 1)
 TOP_COLUMNS = 24
 
 
