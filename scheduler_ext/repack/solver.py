@@ -18,7 +18,13 @@ before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), t
 bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
 from the generated patterns. On
 SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
-one search with all the time left and no pattern bound (it would not converge in that time). A
+one search with all the time left and no pattern bound (it would not converge in that time).
+On several cores a place phase on PLACE_BESIDE_MIN_NODES nodes or more runs instead
+(``_place_side_by_side``): the pattern LP and its dive alone first (all of a short phase on
+SHORT_MIN_NODES nodes when the tier dives; the bound share in a lower tier, which does not), then,
+unless that proved the phase, the search in a thread on all cores but one until the phase ends,
+beside the LNS (and, with time, the knapsack-priced pattern LP); a bound met by either side
+stops the other, and the phase ends when the search does. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it) and its packing, on 12 nodes or more
 an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES
