@@ -29,10 +29,9 @@ from scheduler_ext.repack.classes import Problem
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
-# columns added to the master LP per group and pricing round (the best by reduced cost;
-# measured on 32 nodes with four pods per node at 1 s: with 24 instead of 8 the LP converged
-# in fewer rounds and its dive packed the optimum within the place phase in 3 of 4 runs, not 1)
-TOP_COLUMNS = 24
+# columns added to the master LP per group and pricing round (the best by reduced cost), at
+# least; ``bounds`` asks for more on large groups
+TOP_COLUMNS = 8
 
 
 @dataclass(frozen=True)
@@ -47,14 +46,16 @@ class GroupPatterns:
         row = self.counts[i]
         return {self.classes[j]: int(row[j]) for j in np.flatnonzero(row)}
 
-    def price(self, duals: dict[int, float], mu: float) -> tuple[list[dict[int, int]], float]:
+    def price(
+        self, duals: dict[int, float], mu: float, columns: int = TOP_COLUMNS
+    ) -> tuple[list[dict[int, int]], float]:
         """The patterns of positive reduced cost under class duals ``duals`` and group dual
-        ``mu`` (best first, at most TOP_COLUMNS), and the exact best pattern value."""
+        ``mu`` (best first, at most ``columns``), and the exact best pattern value."""
         if not len(self.counts):
             return [], 0.0
         pi = np.array([duals.get(c, 0.0) for c in self.classes], dtype=np.float32)
         values = self.counts @ pi
-        k = min(TOP_COLUMNS, len(values))
+        k = min(columns, len(values))
         top = np.argpartition(-values, k - 1)[:k]
         top = top[np.argsort(-values[top])]
         chosen = [self.pattern(int(i)) for i in top if values[i] > mu + 1e-7]
