@@ -29,7 +29,8 @@ from scheduler_ext.repack.classes import Problem
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
-# columns added to the master LP per group and pricing round (the best by reduced cost)
+# columns added to the master LP per group and pricing round (the best by reduced cost), at
+# least; ``bounds`` asks for more on large groups
 TOP_COLUMNS = 8
 
 
@@ -45,14 +46,16 @@ class GroupPatterns:
         row = self.counts[i]
         return {self.classes[j]: int(row[j]) for j in np.flatnonzero(row)}
 
-    def price(self, duals: dict[int, float], mu: float) -> tuple[list[dict[int, int]], float]:
+    def price(
+        self, duals: dict[int, float], mu: float, columns: int = TOP_COLUMNS
+    ) -> tuple[list[dict[int, int]], float]:
         """The patterns of positive reduced cost under class duals ``duals`` and group dual
-        ``mu`` (best first, at most TOP_COLUMNS), and the exact best pattern value."""
+        ``mu`` (best first, at most ``columns``), and the exact best pattern value."""
         if not len(self.counts):
             return [], 0.0
         pi = np.array([duals.get(c, 0.0) for c in self.classes], dtype=np.float32)
         values = self.counts @ pi
-        k = min(TOP_COLUMNS, len(values))
+        k = min(columns, len(values))
         top = np.argpartition(-values, k - 1)[:k]
         top = top[np.argsort(-values[top])]
         chosen = [self.pattern(int(i)) for i in top if values[i] > mu + 1e-7]
@@ -70,12 +73,17 @@ def maximal_patterns(
     """All maximal patterns (rows of counts aligned with ``requests``), or None when a level
     would exceed ``max_states`` states or ``clock()`` passes ``until``."""
     k = len(requests)
-    req = np.asarray(requests, dtype=np.int64).reshape(k, len(cap))
+    req, free = _binding(
+        np.asarray(requests, dtype=np.int64).reshape(k, len(cap)),
+        np.maximum(np.asarray(cap, dtype=np.int64), 0),
+        sum(limits),
+    )
     most = np.asarray(limits, dtype=np.int64)
-    index = np.arange(k)
+    small = np.int16 if k < 2**15 else np.int64  # class indices, compared once per state
+    index: np.ndarray = np.arange(k, dtype=small)
     counts = np.zeros((1, k), dtype=np.int16)
-    room = np.maximum(np.asarray(cap, dtype=np.int64), 0)[None, :]
-    last = np.zeros(1, dtype=np.int64)
+    room = free[None, :]
+    last: np.ndarray = np.zeros(1, dtype=small)
     found: list[np.ndarray] = []
     while len(counts):
         addable = counts < most[None, :]
@@ -91,8 +99,29 @@ def maximal_patterns(
         counts = counts[state]
         counts[np.arange(len(state)), cls] += 1
         room = room[state] - req[cls]
-        last = cls
+        last = cls.astype(small)
     return np.concatenate(found) if found else np.zeros((0, k), dtype=np.int16)
+
+
+def _binding(req: np.ndarray, cap: np.ndarray, pods: int) -> tuple[np.ndarray, np.ndarray]:
+    """The requests and free capacity restricted to the resources that can bind a pattern, in
+    the narrowest integer type that holds them (the listing is memory-bound: measured 1.3-2x
+    faster on 32 nodes with four pods per node). A resource cannot bind when the most pods a
+    pattern can hold by the other resources still kept (each: its capacity over its smallest
+    request; at most ``pods``), each asking its largest request, still fit (typically the pod
+    count, 110 per node). Dropped one at a time, so each is implied by those kept."""
+    keep = list(range(req.shape[1]))
+    for r in range(req.shape[1]):
+        most = pods
+        for o in keep:
+            if o != r and len(req) and (req[:, o] > 0).all():
+                most = min(most, int(cap[o] // req[:, o].min()))
+        if most * int(req[:, r].max(initial=0)) <= cap[r]:
+            keep.remove(r)
+    req, cap = req[:, keep], cap[keep]
+    if max(int(req.max(initial=0)), int(cap.max(initial=0))) < 2**31:
+        req, cap = req.astype(np.int32), cap.astype(np.int32)
+    return req, cap
 
 
 def group_patterns(

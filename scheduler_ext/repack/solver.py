@@ -18,7 +18,13 @@ before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), t
 bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
 from the generated patterns. On
 SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
-one search with all the time left and no pattern bound (it would not converge in that time). A
+one search with all the time left and no pattern bound (it would not converge in that time).
+On several cores a place phase on PLACE_BESIDE_MIN_NODES nodes or more runs instead
+(``_place_side_by_side``): the pattern LP and its dive alone first (all of a short phase on
+SHORT_MIN_NODES nodes when the tier dives; the bound share in a lower tier, which does not), then,
+unless that proved the phase, the search in a thread on all cores but one until the phase ends,
+beside the LNS (and, with time, the knapsack-priced pattern LP); a bound met by either side
+stops the other, and the phase ends when the search does. A
 disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12
 nodes or more an LNS that undoes moves, then one search with that bound as a cut; on
@@ -109,6 +115,10 @@ MIN_BOUND_SECONDS = 1.0
 # search from this many seconds on, for at most this share of the phase (the LNS gets the rest)
 SIDE_BOUND_SECONDS = 0.2
 SIDE_BOUND_SHARE = 0.7
+# a place phase on this many nodes, on several cores, runs its search beside the pattern LP and
+# the LNS (``_place_side_by_side``)
+PLACE_BESIDE_MIN_NODES = LNS_MIN_NODES
+NEVER = 2**62  # an objective bound no search reaches
 
 
 @dataclass(frozen=True)
@@ -185,6 +195,21 @@ class _StopAt(cp_model.CpSolverSolutionCallback):
     def on_solution_callback(self) -> None:
         self.best = min(self.best, self.objective_value)
         if self.objective_value <= self.bound + 1e-9:
+            self.stop_search()
+
+
+class _StopAbove(_StopAt):
+    """Stops a maximisation (a place phase's search) once its objective reaches a bound proven
+    elsewhere (the pattern LP, computed while the search runs)."""
+
+    def __init__(self, bound: int) -> None:
+        super().__init__(0)
+        self.bound = bound  # may be lowered from another thread while the search runs
+        self.best = -float("inf")
+
+    def on_solution_callback(self) -> None:
+        self.best = max(self.best, self.objective_value)
+        if self.objective_value >= self.bound - 1e-9:
             self.stop_search()
 
 
@@ -386,6 +411,36 @@ class _Phases:
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
+        if (
+            use_patterns
+            and best is not None
+            and len(problem.node_names) >= PLACE_BESIDE_MIN_NODES
+            and _cores(self.options) > 1
+        ):
+            # large clusters on several cores: the search runs from the start beside the
+            # pattern LP and the LNS (``_place_side_by_side``)
+            status, found, raw, weight, best, bound = self._place_side_by_side(
+                tier, fixes, best, hint, seconds, bound, deadline
+            )
+            if status == cp_model.INFEASIBLE:
+                self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
+                return None, 0, False
+            best = better(found, best) or best
+            if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
+                bound = min(bound, (raw + weight - 1) // weight)
+            proven = status == cp_model.OPTIMAL and best is found
+            optimal = value(best) == bound or proven
+            self._report(
+                tier,
+                phase,
+                "OPTIMAL" if optimal else "FEASIBLE",
+                started,
+                value(best),
+                bound,
+                False,
+                lexicographic=weight > 1 and proven,
+            )
+            return best, value(best), optimal
         if use_patterns and best is not None:
             # the pattern LP first: on interchangeable nodes it bounds the phase exactly enough
             # to prove it, and its dive usually packs to that bound faster than any search
@@ -550,6 +605,105 @@ class _Phases:
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
+        while thread.is_alive():
+            # the search may still be building its model: stop it as soon as it runs
+            if met() and self._solver is not None:
+                self._solver.stop_search()
+            thread.join(0.01)
+        if failed:
+            raise failed[0]
+        status, solution, raw, weight = out[0]
+        return status, solution, raw, weight, best, bound
+
+    def _place_side_by_side(
+        self,
+        tier: int,
+        fixes: Sequence[Fix],
+        x: Assignment,
+        hint: Assignment,
+        seconds: float,
+        bound: int,
+        deadline: float,
+    ) -> tuple[Any, Assignment | None, int | None, int, Assignment, int]:
+        """A place phase of a large cluster on several cores. First the pattern-LP bound and
+        its dive, alone: its listing and LP are CPU-bound Python and numpy, which a search
+        beside them slowed down twofold (measured on 32 nodes on a loaded 2-core machine: the
+        dive then missed the 1 s budget it otherwise meets). If that does not prove the phase,
+        the whole-model search runs in a thread (CP-SAT releases the GIL) on all cores but one
+        for the rest of the phase, while this one runs LNS (and, with a second or more, the
+        knapsack-priced pattern LP and more LNS). A bound met by either side stops the other;
+        the search ending (proof or time) ends the phase. Measured on 32 nodes: one worker
+        proves a 4-tier instance's last place phase in about 0.2 s, which the sequence
+        (pattern LP, LNS, then the search) reached only after 0.5 s. Returns the search's
+        (status, solution, objective bound, weight; UNKNOWN when it did not run), the best
+        other assignment and the bound."""
+        problem = self.problem
+
+        def placed(y: Assignment) -> int:
+            return _placed(problem, y, tier)
+
+        # under a second on a large cluster: the listing, the LP and its dive need all of it
+        # (measured on 32 nodes: 0.1-0.2 s listing, 0.2 s LP, 0.2-0.6 s dive; the LNS after
+        # them placed at most one pod more); without a dive (a lower tier: ``_patterns``) the
+        # LP only bounds, and the search proves sooner (measured: 0.2 s, where the LP with the
+        # settled tiers' floors had not converged after 0.6 s)
+        short = len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
+        dive = not any(f.kind == "disruption" for f in fixes)
+        starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
+        left = deadline - self.clock()
+        share = (1.0 if short else PATTERN_SHARE) if dive else BOUND_SHARE
+        upper, packed = self._patterns(
+            tier, True, fixes, starts, share * left, placed(x), deadline, True
+        )
+        if upper is not None:
+            bound = min(bound, upper)
+        best = x
+        if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
+            best = packed
+        if placed(best) >= bound or deadline - self.clock() < 0.005:
+            return cp_model.UNKNOWN, None, None, 1, best, bound
+
+        out: list[tuple[Any, Assignment | None, int | None, int]] = []
+        failed: list[BaseException] = []
+        # with the disruption tie-break the objective is not the placed count: no early stop
+        stopper = _StopAbove(NEVER if self.options.tie_break else bound)
+
+        def search() -> None:
+            try:
+                workers = _cores(self.options) - 1
+                left = deadline - self.clock()
+                out.append(self._cp(tier, True, fixes, best, left, None, workers, stopper))
+            except BaseException as exc:  # re-raised in the caller's thread
+                failed.append(exc)
+
+        def met() -> bool:
+            return max(stopper.best, placed(best)) >= bound
+
+        self._solver = None
+        thread = threading.Thread(target=search, daemon=True)
+        thread.start()
+
+        def clock() -> float:  # the bound and the LNS end with the search
+            return self.clock() if thread.is_alive() else float("inf")
+
+        start = best
+        share = 1.0 if short or upper is not None else LNS_SHARE
+        best = self._improve(tier, best, fixes, share, deadline, bound, clock)
+        if not met() and clock() < deadline:
+            # the pattern LP with knapsack pricing (its listing did not fit), then LNS again
+            starts = [best, start, _restrict(problem, current_assignment(problem), tier)]
+            left = deadline - self.clock()
+            upper, packed = self._patterns(
+                tier, True, fixes, starts, BOUND_SHARE * left, placed(best), deadline, clock=clock
+            )
+            if upper is not None and upper < bound:
+                bound = upper
+                if not self.options.tie_break:
+                    stopper.bound = bound
+            if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
+                best = packed
+            if not met():
+                best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
         while thread.is_alive():
             # the search may still be building its model: stop it as soon as it runs
             if met() and self._solver is not None:

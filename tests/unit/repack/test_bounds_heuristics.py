@@ -13,6 +13,7 @@ from scheduler_ext.repack.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    greedy_complete,
 )
 from scheduler_ext.repack.generator import Cell, generate, instances
 from scheduler_ext.repack.heuristics import best_start, make_room, pack_from_scratch, tier_value
@@ -41,6 +42,35 @@ def test_starts_are_feasible(seed: int) -> None:
             assert feasible(
                 problem, pack_from_scratch(problem, higher, active, tier, best_fit), active
             )
+
+
+@pytest.mark.parametrize(("cell", "seed"), [(Cell(8, 4, 105, 4), s) for s in range(3)])
+def test_the_best_start_is_the_best_candidate_tier_by_tier(cell: Cell, seed: int) -> None:
+    # with the settled tiers kept where they run, a tier whose pods all fit without a move
+    # returns that at once (nothing beats it); any other returns at least the best candidate
+    # (relabelling may still remove moves)
+    problem = build_problem(generate(cell, seed))
+    current = current_assignment(problem)
+    trivial = 0
+    for tier in problem.tiers:
+        active = problem.active(tier)
+        higher = [
+            row if problem.classes[c].priority > tier else [0] * len(row)
+            for c, row in enumerate(current)
+        ]
+        new = [c for c in active if problem.classes[c].priority == tier]
+        kept = greedy_complete(problem, higher, new)
+        candidates = [kept, make_room(problem, kept, active, tier)] + [
+            pack_from_scratch(problem, higher, active, tier, best_fit) for best_fit in (False, True)
+        ]
+        most = max(tier_value(problem, x, tier) for x in candidates if feasible(problem, x, active))
+        x, ok = best_start(problem, higher, tier)
+        assert ok and feasible(problem, x, active)
+        assert tier_value(problem, x, tier) >= most
+        if tier_value(problem, kept, tier) == (sum(problem.classes[c].total for c in active), 0):
+            trivial += 1
+            assert x == kept
+    assert 0 < trivial < len(problem.tiers)  # both paths ran
 
 
 @pytest.mark.slow

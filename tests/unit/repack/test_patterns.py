@@ -65,6 +65,23 @@ def test_maximal_patterns_match_brute_force(seed: int) -> None:
     assert set(rows) == _brute_maximal(requests, limits, cap)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_maximal_patterns_with_a_binding_pod_count_and_wide_values(seed: int) -> None:
+    # the pod count binds (it is not dropped as a non-binding resource) and memory needs more
+    # than 32 bits (the listing keeps 64-bit integers): still exactly the brute-force set
+    rng = random.Random(seed)
+    k = rng.randint(2, 5)
+    requests = [(rng.randint(100, 900), rng.randint(1, 9) * 2**30, 1) for _ in range(k)]
+    limits = [rng.randint(1, 4) for _ in range(k)]
+    cap = (rng.randint(1000, 2500), rng.randint(10, 25) * 2**30, rng.randint(1, 3))
+    found = maximal_patterns(requests, limits, cap)
+    assert found is not None
+    rows = [tuple(int(v) for v in row) for row in found]
+    assert len(rows) == len(set(rows))
+    assert set(rows) == _brute_maximal(requests, limits, cap)
+    assert all(sum(row) <= cap[2] for row in rows)
+
+
 def test_maximal_patterns_give_up_past_the_state_cap() -> None:
     requests = [(10 + i, 10 + i, 1) for i in range(8)]
     cap = (100, 100, 110)

@@ -1,0 +1,74 @@
+"""The place phase of a large cluster on several cores (pattern LP first, then the search in a
+thread beside the LNS) proves the same optimum as the single-core sequence, the thread alone
+proves a phase the pattern LP leaves open, and a failure in the search thread is not lost.
+The node threshold is lowered so that small instances, proven in well under a second, take
+the large-cluster path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_ext.repack import solver
+from scheduler_ext.repack.generator import Cell, instances
+from scheduler_ext.repack.solver import SolveOptions, solve
+
+# multi-tier instances whose lower tiers' place phases have pods to gain
+CASES = [(Cell(5, 4, 105, 3), 0), (Cell(5, 4, 105, 3), 2), (Cell(6, 4, 100, 2), 1)]
+
+
+def _spy(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[Any, ...]]:
+    calls: list[tuple[Any, ...]] = []
+    real = getattr(solver._Phases, name)
+
+    def spy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(solver._Phases, name, spy)
+    return calls
+
+
+@pytest.mark.parametrize("patterns", [True, False])
+@pytest.mark.parametrize(("cell", "seed"), CASES)
+def test_side_by_side_place_proves_what_one_core_proves(
+    cell: Cell, seed: int, patterns: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    snapshot = dict(instances(cell, 3))[seed]
+    # a generous limit: both prove in well under a second; it only guards a loaded machine
+    one = solve(snapshot, SolveOptions(time_limit=30, workers=1))
+    monkeypatch.setattr(solver, "PLACE_BESIDE_MIN_NODES", 1)
+    if not patterns:
+        # no pattern LP: every place phase not met by its start is left to the search thread
+        monkeypatch.setattr(solver._Phases, "_patterns", lambda self, *a, **k: (None, None))
+    beside = _spy(monkeypatch, "_place_side_by_side")
+    searches = _spy(monkeypatch, "_cp")
+    two = solve(snapshot, SolveOptions(time_limit=30, workers=2))
+    assert beside  # the path under test ran
+    assert one.status == two.status == "OPTIMAL"
+    assert one.after.vector == two.after.vector
+    assert one.after.vector > one.before.vector
+    # the thread's searches: maximising, one worker (the other core runs the LNS)
+    placing = [args for args in searches if args[1]]
+    assert all(args[6] == 1 for args in placing)
+    if not patterns:
+        assert placing
+
+
+def test_a_failing_place_search_thread_raises_in_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    snapshot = dict(instances(Cell(5, 4, 105, 3), 3))[0]
+    monkeypatch.setattr(solver, "PLACE_BESIDE_MIN_NODES", 1)
+    monkeypatch.setattr(solver._Phases, "_patterns", lambda self, *a, **k: (None, None))
+    real = solver._Phases._cp
+
+    def failing(self: Any, tier: int, maximise: bool, *args: Any, **kwargs: Any) -> Any:
+        if maximise:
+            raise RuntimeError("search failed")
+        return real(self, tier, maximise, *args, **kwargs)
+
+    monkeypatch.setattr(solver._Phases, "_cp", failing)
+    with pytest.raises(RuntimeError, match="search failed"):
+        solve(snapshot, SolveOptions(time_limit=5, workers=2))
