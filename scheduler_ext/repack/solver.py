@@ -213,6 +213,41 @@ class _StopAbove(_StopAt):
             self.stop_search()
 
 
+_SearchResult = tuple[Any, Assignment | None, int | None, int]  # status, solution, bound, weight
+
+
+class _SearchThread:
+    """A search run in a thread (CP-SAT releases the GIL) beside work in the caller's thread;
+    its exception is re-raised in the caller's thread by ``result``."""
+
+    def __init__(self, search: Callable[[], _SearchResult]) -> None:
+        self._out: list[_SearchResult] = []
+        self._failed: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(search,), daemon=True)
+        self._thread.start()
+
+    def _run(self, search: Callable[[], _SearchResult]) -> None:
+        try:
+            self._out.append(search())
+        except BaseException as exc:
+            self._failed.append(exc)
+
+    def clock(self, clock: Callable[[], float]) -> Callable[[], float]:
+        """``clock`` while the search runs, then infinity: work beside it ends with it."""
+        return lambda: clock() if self._thread.is_alive() else float("inf")
+
+    def result(self, met: Callable[[], bool], stop: Callable[[], None]) -> _SearchResult:
+        """Waits for the search, calling ``stop`` while ``met()`` (it may still be building
+        its model when the other side meets the bound)."""
+        while self._thread.is_alive():
+            if met():
+                stop()
+            self._thread.join(0.01)
+        if self._failed:
+            raise self._failed[0]
+        return self._out[0]
+
+
 class _Phases:
     """Runs phases against one deadline and records their reports."""
 
@@ -246,6 +281,10 @@ class _Phases:
         share = remaining * self.weights[self.index] / total
         self.index += 1
         return max(0.0, share)
+
+    def _stop_search(self) -> None:
+        if self._solver is not None:
+            self._solver.stop_search()
 
     def _cp(
         self,
@@ -324,6 +363,26 @@ class _Phases:
             ):
                 return found
             return best
+
+        def finish(
+            best: Assignment, bound: int, status: Any, found: Assignment | None, weight: int
+        ) -> tuple[Assignment | None, int, bool]:
+            """Reports the phase's outcome and returns it."""
+            proven = status == cp_model.OPTIMAL and best is found
+            if not maximise and not proven:
+                best = self.relabelled(best, fixes, tier)
+            optimal = value(best) == bound or proven
+            self._report(
+                tier,
+                phase,
+                "OPTIMAL" if optimal else "FEASIBLE",
+                started,
+                value(best),
+                bound,
+                False,
+                lexicographic=maximise and weight > 1 and proven,
+            )
+            return best, value(best), optimal
 
         started = self.clock()
         seconds = self.allot()
@@ -428,19 +487,7 @@ class _Phases:
             best = better(found, best) or best
             if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
                 bound = min(bound, (raw + weight - 1) // weight)
-            proven = status == cp_model.OPTIMAL and best is found
-            optimal = value(best) == bound or proven
-            self._report(
-                tier,
-                phase,
-                "OPTIMAL" if optimal else "FEASIBLE",
-                started,
-                value(best),
-                bound,
-                False,
-                lexicographic=weight > 1 and proven,
-            )
-            return best, value(best), optimal
+            return finish(best, bound, status, found, weight)
         if use_patterns and best is not None:
             # the pattern LP first: on interchangeable nodes it bounds the phase exactly enough
             # to prove it, and its dive usually packs to that bound faster than any search
@@ -528,20 +575,7 @@ class _Phases:
         if best is None:
             self._report(tier, phase, "UNKNOWN", started, 0, bound, False)
             return None, 0, False
-        if not maximise and not (status == cp_model.OPTIMAL and best is found):
-            best = self.relabelled(best, fixes, tier)
-        optimal = value(best) == bound or (status == cp_model.OPTIMAL and best is found)
-        self._report(
-            tier,
-            phase,
-            "OPTIMAL" if optimal else "FEASIBLE",
-            started,
-            value(best),
-            bound,
-            False,
-            lexicographic=maximise and weight > 1 and status == cp_model.OPTIMAL and best is found,
-        )
-        return best, value(best), optimal
+        return finish(best, bound, status, found, weight)
 
     def _side_by_side(
         self,
@@ -560,27 +594,17 @@ class _Phases:
         best disruption first on some instances.) Returns the search's (status, solution,
         objective bound, weight), the best other assignment and the bound."""
         problem = self.problem
-        out: list[tuple[Any, Assignment | None, int | None, int]] = []
-        failed: list[BaseException] = []
         stopper = _StopAt(bound)
-
-        def search() -> None:
-            try:
-                workers = _cores(self.options) - 1
-                out.append(self._cp(tier, False, fixes, x, seconds, None, workers, stopper))
-            except BaseException as exc:  # re-raised in the caller's thread
-                failed.append(exc)
 
         def met() -> bool:
             return min(stopper.best, _disruption(problem, best, tier)) <= bound
 
+        workers = _cores(self.options) - 1
         self._solver = None
-        thread = threading.Thread(target=search, daemon=True)
-        thread.start()
-
-        def clock() -> float:  # the bound and the LNS end with the search
-            return self.clock() if thread.is_alive() else float("inf")
-
+        thread = _SearchThread(
+            lambda: self._cp(tier, False, fixes, x, seconds, None, workers, stopper)
+        )
+        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
         best = x
         # small clusters: the bound converges in well under a second and often proves the
         # phase; on large ones its knapsack pricing is too slow to help (measured on 16-32
@@ -605,14 +629,7 @@ class _Phases:
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
-        while thread.is_alive():
-            # the search may still be building its model: stop it as soon as it runs
-            if met() and self._solver is not None:
-                self._solver.stop_search()
-            thread.join(0.01)
-        if failed:
-            raise failed[0]
-        status, solution, raw, weight = out[0]
+        status, solution, raw, weight = thread.result(met, self._stop_search)
         return status, solution, raw, weight, best, bound
 
     def _place_side_by_side(
@@ -663,28 +680,19 @@ class _Phases:
         if placed(best) >= bound or deadline - self.clock() < 0.005:
             return cp_model.UNKNOWN, None, None, 1, best, bound
 
-        out: list[tuple[Any, Assignment | None, int | None, int]] = []
-        failed: list[BaseException] = []
         # with the disruption tie-break the objective is not the placed count: no early stop
         stopper = _StopAbove(NEVER if self.options.tie_break else bound)
-
-        def search() -> None:
-            try:
-                workers = _cores(self.options) - 1
-                left = deadline - self.clock()
-                out.append(self._cp(tier, True, fixes, best, left, None, workers, stopper))
-            except BaseException as exc:  # re-raised in the caller's thread
-                failed.append(exc)
 
         def met() -> bool:
             return max(stopper.best, placed(best)) >= bound
 
+        workers = _cores(self.options) - 1
+        searched, left = best, deadline - self.clock()
         self._solver = None
-        thread = threading.Thread(target=search, daemon=True)
-        thread.start()
-
-        def clock() -> float:  # the bound and the LNS end with the search
-            return self.clock() if thread.is_alive() else float("inf")
+        thread = _SearchThread(
+            lambda: self._cp(tier, True, fixes, searched, left, None, workers, stopper)
+        )
+        clock = thread.clock(self.clock)  # the LP and the LNS end with the search
 
         start = best
         share = 1.0 if short or upper is not None else LNS_SHARE
@@ -704,14 +712,7 @@ class _Phases:
                 best = packed
             if not met():
                 best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
-        while thread.is_alive():
-            # the search may still be building its model: stop it as soon as it runs
-            if met() and self._solver is not None:
-                self._solver.stop_search()
-            thread.join(0.01)
-        if failed:
-            raise failed[0]
-        status, solution, raw, weight = out[0]
+        status, solution, raw, weight = thread.result(met, self._stop_search)
         return status, solution, raw, weight, best, bound
 
     def _improve(
