@@ -41,6 +41,11 @@ from scheduler_ext.repack.model import Model
 NEIGHBOURHOOD = 3
 # share of the disrupt phase's neighbourhoods built around a move (the rest are random)
 LINKED_SHARE = 0.7
+# chance that a linked neighbourhood's next node follows the chain of moves, else it is random
+# (measured on the 1 s disrupt phases of a 32-node, 8-pods-per-node and a 16-node 4-tier
+# instance, six seeds each: disruption 9.8 and 12.7 on average, against 11.3 and 15.0 with
+# random third nodes; 0.3 and 0.75 did about as well as 0.5, 1.0 worse)
+CHAIN_SHARE = 0.5
 # largest random tie-break weight of a refill's counts (place mode)
 NOISE = 3
 # wall seconds for one refill; its best answer by then is used (it need not be proven)
@@ -101,7 +106,9 @@ def _neighbourhood(
     linked: bool,
 ) -> list[int]:
     """NEIGHBOURHOOD random nodes; with ``linked``, usually a node a pod of the tier left and a
-    node where a pod of its class arrived (undoing a move needs both in one neighbourhood)."""
+    node where a pod of its class arrived (undoing a move needs both in one neighbourhood), and
+    often next the node that a pod now on the first one left (undoing a cycle of moves needs
+    all of its nodes)."""
     size = min(NEIGHBOURHOOD, len(nodes))
     chosen: list[int] = []
     if linked and rng.random() < LINKED_SHARE:
@@ -112,6 +119,20 @@ def _neighbourhood(
             arrived = [k for k in nodes if x[c][k] > problem.classes[c].current[k]]
             if arrived:
                 chosen.append(rng.choice(arrived))
+            # then along the chain of moves: a node that a pod now on the first one left
+            # (putting the pod back needs the room that pod took)
+            while len(chosen) < size and rng.random() < CHAIN_SHARE:
+                came = [
+                    k
+                    for d in own
+                    if x[d][n] > problem.classes[d].current[n]
+                    for k in nodes
+                    if x[d][k] < problem.classes[d].current[k] and k not in chosen
+                ]
+                if not came:
+                    break
+                n = rng.choice(came)
+                chosen.append(n)
     rest = [n for n in nodes if n not in chosen]
     return chosen + rng.sample(rest, size - len(chosen))
 
