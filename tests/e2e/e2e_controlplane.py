@@ -531,9 +531,14 @@ def group_members(pgid: int) -> list[int]:
 
 
 def wait_for(
-    predicate: Callable[[], bool], timeout_s: float, what: str, interval_s: float = 0.2
+    predicate: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    interval_s: float = 0.2,
+    detail: Callable[[], str] | None = None,
 ) -> None:
-    """Poll ``predicate`` until true; raise AssertionError naming ``what`` on timeout.
+    """Poll ``predicate`` until true; raise AssertionError naming ``what`` on timeout, with
+    ``detail()`` (what the last poll saw) when given.
 
     Timeouts in the e2e tier are liveness bounds, not measurements: they are set far above the
     expected time so that a loaded 2-core machine cannot make a correct run fail.
@@ -541,7 +546,8 @@ def wait_for(
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            seen = f"; last seen: {detail()}" if detail is not None else ""
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{seen}")
         time.sleep(interval_s)
 
 

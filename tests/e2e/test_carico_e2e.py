@@ -382,6 +382,8 @@ def test_deployment_scaled_through_the_controller_manager(
         pods = [p for p in _pods(core, namespace) if not p.metadata.deletion_timestamp]
         return len(pods) == n and all(p.status.phase == "Running" for p in pods)
 
+    mismatch = ["nothing polled yet"]
+
     def counts_match() -> bool:
         # The agents count Running workload pods through their own API watch; the extender shows
         # what they reported. Their avail follows the load the fake procfs derives from the same
@@ -393,16 +395,24 @@ def test_deployment_scaled_through_the_controller_manager(
             model = node_agents.procfs.node_model(n)
             saturated = model.base_threads + model.pod_threads * pods > model.cores
             tol = SATURATED_AVAIL_TOL if saturated else AVAIL_TOL
+            want = node_agents.expected_avail(n, pods)
+            mismatch[0] = (
+                f"{n}: {pods} pods placed, avail {want:.3f} expected, extender has {rows[n]}"
+            )
             if rows[n].get("pods") != pods or rows[n].get("mode") != "live":
                 return False
-            want = node_agents.expected_avail(n, pods)
             if abs(rows[n]["avail"] - want) > tol + LEARNED_REL_TOL * want:
                 return False
         return True
 
     try:
         wait_for(lambda: running(6), LIVENESS_S, "6 replicas Running")
-        wait_for(counts_match, LIVENESS_S, "the agents' pod counts and avail = pods per node")
+        wait_for(
+            counts_match,
+            LIVENESS_S,
+            "the agents' pod counts and avail = pods per node",
+            detail=lambda: mismatch[0],
+        )
         # A deleted pod is replaced by the ReplicaSet controller, through the extender again.
         victim = _pods(core, namespace)[0].metadata.name
         core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
@@ -416,7 +426,12 @@ def test_deployment_scaled_through_the_controller_manager(
             assert ext.get(f"/api/v1/explain?pod={namespace}/{name}"), name
         apps.patch_namespaced_deployment_scale("web", namespace, {"spec": {"replicas": 2}})
         wait_for(lambda: running(2), LIVENESS_S, "scaled down to 2")
-        wait_for(counts_match, LIVENESS_S, "the agents' pod counts follow the scale-down")
+        wait_for(
+            counts_match,
+            LIVENESS_S,
+            "the agents' pod counts follow the scale-down",
+            detail=lambda: mismatch[0],
+        )
         assert sum(_placement(core, namespace).values()) == 2
     finally:
         apps.delete_namespaced_deployment("web", namespace, propagation_policy="Foreground")
