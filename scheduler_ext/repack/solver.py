@@ -9,14 +9,15 @@ because they cannot change its objectives, which keeps the early phases small.
 Every phase starts from an incumbent: the previous phase's solution completed for the new tier by
 the best of the starting heuristics (``heuristics.best_start``). It is the solver's hint, and when
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
-phase is proven without calling CP-SAT. A place phase of the class formulation first gets the
-pattern-LP bound of ``bounds`` when every node group's maximal patterns can be listed
-(``patterns``; about four pods per node): priced exactly, that LP bounds the phase tightly, and in
-the first tier its dive packs to the bound, which proves the phase at once. Otherwise, or when
-that does not prove it, a place phase that CP-SAT does not prove quickly (on 12 nodes or more:
-before CP-SAT) gets a large-neighbourhood search on the tier's pods (``lns``), then the pattern-LP
-bound (used as a cut, and as a proof when the incumbent meets it) and a price-and-branch packing
-from the generated patterns. On
+phase is proven without calling CP-SAT.
+
+A place phase of the class formulation first gets the pattern-LP bound of ``bounds`` when every
+node group's maximal patterns can be listed (``patterns``; about four pods per node): priced
+exactly, that LP bounds the phase tightly, and in the first tier its dive packs to the bound,
+which proves the phase at once. Otherwise, or when that does not prove it, a place phase that
+CP-SAT does not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood
+search on the tier's pods (``lns``), then the pattern-LP bound (used as a cut, and as a proof
+when the incumbent meets it) and a price-and-branch packing from the generated patterns. On
 SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
 one search with all the time left and no pattern bound (it would not converge in that time).
 On several cores a place phase on PLACE_BESIDE_MIN_NODES nodes or more runs instead
@@ -24,8 +25,9 @@ On several cores a place phase on PLACE_BESIDE_MIN_NODES nodes or more runs inst
 SHORT_MIN_NODES nodes when the tier dives; the bound share in a lower tier, which does not), then,
 unless that proved the phase, the search in a thread on all cores but one until the phase ends,
 beside the LNS (and, with time, the knapsack-priced pattern LP); a bound met by either side
-stops the other, and the phase ends when the search does. A
-disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
+stops the other, and the phase ends when the search does.
+
+A disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12
 nodes or more an LNS that undoes moves, then one search with that bound as a cut; on
 SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS, only the LNS. Otherwise, on
@@ -34,6 +36,7 @@ with its dive and packing (on 12 nodes or more only when every node is priced fr
 maximal patterns, which is exact and fast: on 16 identical nodes with four pods per node the
 dive meets the bound, a proof, in a few tenths of a second) and then the LNS; the bound stops
 the search as soon as a solution meets it.
+
 Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
 outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
 the fewest pods.
