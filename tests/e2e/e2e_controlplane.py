@@ -164,10 +164,15 @@ class Component:
                 os.killpg(proc.pid, sig)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=wait_s)
-        # The leader is reaped; sweep the group for anything it left (none of these fork, but a
-        # later binary might).
+        # The leader is reaped; sweep the group for anything it left (the aggregator's worker
+        # processes and multiprocessing's resource tracker, which ignores SIGTERM and leaves
+        # only when the leader's pipe closes), and wait until SIGKILL has taken effect: on a
+        # loaded machine a killed process can still run for a moment after killpg returns.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10.0
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 _LIVE: set[Component] = set()
