@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
-from scheduler_ext.repack.classes import Assignment, Problem
+from scheduler_ext.repack.classes import Assignment, GroupKey, Problem, node_groups_by_key
 from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, group_patterns
 
 PRICE_SCALE = 10_000
@@ -47,7 +47,6 @@ STATES_PER_SECOND = 200_000
 COLUMNS_PER_NODE = 0.75
 
 
-GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]  # (free capacity, eligible per class)
 K = TypeVar("K")
 
 
@@ -75,16 +74,10 @@ class ColumnPool(Generic[K]):
 
 
 def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
-    groups: dict[GroupKey, list[int]] = {}
-    for n in range(len(problem.node_names)):
-        if problem.overloaded[n]:
-            return None
-        elig = tuple(n in problem.classes[c].eligible for c in active)
-        for c in active:  # pods that may only stay where they are: not handled by patterns
-            if problem.classes[c].current[n] and n not in problem.classes[c].eligible:
-                return None
-        groups.setdefault((problem.capacity[n], elig), []).append(n)
-    return groups
+    """Every node in a group, or None (overloaded nodes and pods that may only stay where they
+    are are not handled by the placement patterns)."""
+    groups, others = node_groups_by_key(problem, active)
+    return None if others else groups
 
 
 def knapsack(

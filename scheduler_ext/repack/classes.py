@@ -144,6 +144,30 @@ def build_problem(snapshot: Snapshot) -> Problem:
     return Problem(snapshot, resources, names, capacity, overloaded, classes, budget)
 
 
+# a node group's key: (free capacity per resource, eligibility of each class considered)
+GroupKey = tuple[tuple[int, ...], tuple[bool, ...]]
+
+
+def node_groups_by_key(
+    problem: Problem, active: Sequence[int]
+) -> tuple[dict[GroupKey, list[int]], list[int]]:
+    """The nodes a per-node pattern describes, grouped by free capacity and by which of the
+    ``active`` classes may be placed there (the nodes of a group are interchangeable for those
+    classes), and the others: overloaded nodes and nodes holding a pod of an active class that
+    may only stay where it is."""
+    groups: dict[GroupKey, list[int]] = {}
+    others: list[int] = []
+    for n in range(len(problem.node_names)):
+        if problem.overloaded[n] or any(
+            problem.classes[c].current[n] and n not in problem.classes[c].eligible for c in active
+        ):
+            others.append(n)
+            continue
+        elig = tuple(n in problem.classes[c].eligible for c in active)
+        groups.setdefault((problem.capacity[n], elig), []).append(n)
+    return groups, others
+
+
 def current_assignment(problem: Problem) -> Assignment:
     return [list(c.current) for c in problem.classes]
 

@@ -51,7 +51,14 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.bounds import STATES_PER_SECOND, ColumnPool, knapsack
-from scheduler_ext.repack.classes import EVICT_COST, MOVE_COST, Assignment, Problem, disruption
+from scheduler_ext.repack.classes import (
+    EVICT_COST,
+    MOVE_COST,
+    Assignment,
+    Problem,
+    disruption,
+    node_groups_by_key,
+)
 from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, group_patterns
 
 EPS = 1e-7
@@ -166,25 +173,12 @@ class _Listed:
         )
 
 
-def _listable(problem: Problem, active: Sequence[int], n: int) -> bool:
-    """May node n be priced from its group's maximal patterns? Not when it is overloaded or
-    holds pods that may only stay there (the listing knows neither)."""
-    if problem.overloaded[n]:
-        return False
-    return all(
-        not problem.classes[c].current[n] or n in problem.classes[c].eligible for c in active
-    )
-
-
 def _listings(
     problem: Problem, active: Sequence[int], seconds: float, deadline: float, clock: Clock
 ) -> list[_Listed]:
-    """The listed groups of the nodes whose maximal patterns are few enough to list."""
-    groups: dict[tuple[tuple[int, ...], tuple[bool, ...]], list[int]] = {}
-    for n in range(len(problem.node_names)):
-        if _listable(problem, active, n):
-            elig = tuple(n in problem.classes[c].eligible for c in active)
-            groups.setdefault((problem.capacity[n], elig), []).append(n)
+    """The listed groups of the nodes whose maximal patterns are few enough to list (the other
+    nodes, overloaded or holding pods that may only stay, are unknown to a listing)."""
+    groups, _ = node_groups_by_key(problem, active)
     states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
     out = []
     for (cap, elig), members in groups.items():

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from ortools.graph.python import linear_sum_assignment
 
-from scheduler_ext.repack.classes import Assignment, Problem
+from scheduler_ext.repack.classes import Assignment, Problem, node_groups_by_key
 
 # weights past this make the lexicographic costs risk int64 overflow: that weighting is skipped
 MAX_WEIGHT = 1 << 40
@@ -31,14 +31,8 @@ MAX_WEIGHT = 1 << 40
 
 def node_groups(problem: Problem) -> list[list[int]]:
     """The groups (two nodes or more, in index order) of interchangeable nodes."""
-    groups: dict[tuple[object, ...], list[int]] = {}
-    for n in range(len(problem.node_names)):
-        if problem.overloaded[n]:
-            continue
-        if any(cls.current[n] and n not in cls.eligible for cls in problem.classes):
-            continue  # a pod that may only stay where it is pins its node
-        elig = tuple(n in cls.eligible for cls in problem.classes)
-        groups.setdefault((problem.capacity[n], elig), []).append(n)
+    # a pod that may only stay where it is pins its node, like an overloaded node
+    groups, _ = node_groups_by_key(problem, range(len(problem.classes)))
     return [members for members in groups.values() if len(members) > 1]
 
 
