@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ortools.sat.python import cp_model
 
@@ -185,6 +185,17 @@ def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int)
 def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
     """Lexicographic value of x at tier p: placed, then less disruption."""
     return _placed(problem, x, p), -_disruption(problem, x, p)
+
+
+_Best = TypeVar("_Best", bound="Assignment | None")
+
+
+def _better(problem: Problem, p: int, found: Assignment | None, best: _Best) -> _Best | Assignment:
+    """``found`` when there is one and it is better than ``best`` at tier p (``_key``), else
+    ``best``."""
+    if found is not None and (best is None or _key(problem, found, p) > _key(problem, best, p)):
+        return found
+    return best
 
 
 class _StopAt(cp_model.CpSolverSolutionCallback):
@@ -360,13 +371,6 @@ class _Phases:
         def value(x: Assignment) -> int:
             return _placed(problem, x, tier) if maximise else _disruption(problem, x, tier)
 
-        def better(found: Assignment | None, best: Assignment | None) -> Assignment | None:
-            if found is not None and (
-                best is None or _key(problem, found, tier) > _key(problem, best, tier)
-            ):
-                return found
-            return best
-
         def finish(
             best: Assignment, bound: int, status: Any, found: Assignment | None, weight: int
         ) -> tuple[Assignment | None, int, bool]:
@@ -428,7 +432,7 @@ class _Phases:
             status, found, raw, _ = self._cp(
                 tier, False, fixes, hint, QUICK_DISRUPT_SHARE * seconds, None
             )
-            best = better(found, best)
+            best = _better(problem, tier, found, best)
             if raw is not None:
                 bound = max(bound, raw)
             if best is not None and value(best) == bound:
@@ -453,7 +457,7 @@ class _Phases:
                 tier, False, fixes, starts, BOUND_SHARE * seconds, value(best), deadline
             )
             bound = cut = max(bound, lower or 0)
-            best = better(packed, best)
+            best = _better(problem, tier, packed, best)
             hint = best if best is not None else hint
             if best is not None and value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
@@ -487,7 +491,7 @@ class _Phases:
             if status == cp_model.INFEASIBLE:
                 self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
                 return None, 0, False
-            best = better(found, best) or best
+            best = _better(problem, tier, found, best)
             if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
                 bound = min(bound, (raw + weight - 1) // weight)
             return finish(best, bound, status, found, weight)
@@ -501,7 +505,7 @@ class _Phases:
             )
             if upper is not None:
                 bound = min(bound, upper)
-            best = hint = better(packed, best) or best
+            best = hint = _better(problem, tier, packed, best)
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
@@ -532,7 +536,7 @@ class _Phases:
         if status == cp_model.INFEASIBLE:
             self._report(tier, phase, "INFEASIBLE", started, 0, bound, False)
             return None, 0, False
-        best = better(found, best)
+        best = _better(problem, tier, found, best)
         if raw is not None:  # placed <= (bound + disruption) / weight, disruption < weight
             bound = min(bound, (raw + weight - 1) // weight) if maximise else max(bound, raw)
         if (
@@ -566,13 +570,13 @@ class _Phases:
             )
             if upper is not None:
                 bound = min(bound, upper)
-            best = better(packed, best)
+            best = _better(problem, tier, packed, best)
             left = deadline - self.clock()
             if (best is None or value(best) < bound) and left > 0.005:
                 status, found, raw, weight = self._cp(
                     tier, maximise, fixes, best or hint, left, bound
                 )
-                best = better(found, best)
+                best = _better(problem, tier, found, best)
                 if raw is not None:
                     bound = min(bound, (raw + weight - 1) // weight)
         if best is None:
@@ -627,8 +631,7 @@ class _Phases:
                 clock=clock,
             )
             stopper.bound = bound = max(bound, lower or 0)
-            if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
-                best = packed
+            best = _better(problem, tier, packed, best)
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
@@ -678,8 +681,7 @@ class _Phases:
         if upper is not None:
             bound = min(bound, upper)
         best = x
-        if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
-            best = packed
+        best = _better(problem, tier, packed, best)
         if placed(best) >= bound or deadline - self.clock() < 0.005:
             return cp_model.UNKNOWN, None, None, 1, best, bound
 
@@ -711,8 +713,7 @@ class _Phases:
                 bound = upper
                 if not self.options.tie_break:
                     stopper.bound = bound
-            if packed is not None and _key(problem, packed, tier) > _key(problem, best, tier):
-                best = packed
+            best = _better(problem, tier, packed, best)
             if not met():
                 best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
         status, solution, raw, weight = thread.result(met, self._stop_search)
@@ -813,8 +814,7 @@ class _Phases:
         if packed is None or not _satisfies(problem, packed, fixes, tier):
             packed = None
         for x in dived:
-            if packed is None or _key(problem, x, tier) > _key(problem, packed, tier):
-                packed = x
+            packed = _better(problem, tier, x, packed)
         return bound, packed
 
     def _report(
@@ -878,14 +878,11 @@ def solve(
         if optimal and phases.reports[-1].lexicographic:
             floor = _disruption(problem, best, p)
         repaired = repair(problem, best, active)
-        if repaired is not None and _key(problem, repaired, p) > _key(problem, best, p):
-            best = repaired
+        best = _better(problem, p, repaired, best)
         until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
         polished = reduce_moves(problem, best, active, until, clock)
-        if _satisfies(problem, polished, fixes, p) and _key(problem, polished, p) > _key(
-            problem, best, p
-        ):
-            best = polished
+        if _satisfies(problem, polished, fixes, p):
+            best = _better(problem, p, polished, best)
         best, value, optimal = phases.run(p, "disrupt", fixes, best, best, floor)
         if best is None:
             return finish(_failure(phases), False, "no placement found in time", phases.reports)
