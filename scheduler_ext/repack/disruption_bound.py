@@ -135,6 +135,12 @@ def _node_best(
     return ceiling, _pattern(owner, counts), found_value
 
 
+def _leaving(problem: Problem, active: Sequence[int], n: int, pattern: dict[int, int]) -> int:
+    """The current pods of node n (classes ``active``) without a slot of their class in
+    ``pattern``: those that leave it."""
+    return sum(max(0, problem.classes[c].current[n] - pattern.get(c, 0)) for c in active)
+
+
 def _pattern(owner: Sequence[int], counts: Sequence[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for c, k in zip(owner, counts, strict=True):
@@ -271,13 +277,10 @@ class _Master:
         var = self.pool.new(n, pattern, 1, empty=True)
         if var is None:
             return False
-        classes = self.problem.classes
         self.node_rows[n].SetCoefficient(var, 1)
-        # pods that leave: the node's current pods less those a slot of their class keeps
-        cost = MOVE_COST * (
-            self.on_node[n] - sum(min(k, classes[c].current[n]) for c, k in pattern.items())
+        self.objective.SetCoefficient(
+            var, MOVE_COST * _leaving(self.problem, self.active, n, pattern)
         )
-        self.objective.SetCoefficient(var, cost)
         for c, k in pattern.items():
             if k:
                 self.cover_rows[c].SetCoefficient(var, k)
@@ -546,9 +549,7 @@ def disruption_solution(
     for q, value in placed_floors:
         m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
     for (n, i), var in use.items():
-        removed = sum(
-            max(0, problem.classes[c].current[n] - columns[n][i].get(c, 0)) for c in active
-        )
+        removed = _leaving(problem, active, n, columns[n][i])
         if removed:
             cost.append(MOVE_COST * removed * var)
     m.minimize(sum(cost))
