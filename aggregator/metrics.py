@@ -113,10 +113,7 @@ class _HotPathCollector(Collector):
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         own = self._metrics
         counts, buckets, total, streams = _sum_reports(
-            (
-                (own.exchanges, own.exchange_latency.counts, own.exchange_latency.sum, own.streams),
-                own.worker_totals.total(),
-            )
+            (own.own_report(), own.worker_totals.total())
         )
         latency = LatencyHistogram(own.exchange_latency.bounds)
         latency.add(buckets, total)
@@ -197,3 +194,8 @@ class AggregatorMetrics:
             ["outcome"],
             registry=self.registry,
         )
+
+    def own_report(self) -> WorkerReport:
+        """This process's own hot-path totals (copies), in the shape a worker reports them."""
+        latency = self.exchange_latency
+        return dict(self.exchanges), list(latency.counts), latency.sum, self.streams

@@ -139,10 +139,7 @@ class WorkerFront:
     def report(self) -> None:
         # Models first: once the merger has a report, it has every model counted in it.
         self.flush()
-        latency = self.metrics.exchange_latency
-        metrics = self.metrics
-        report = (dict(metrics.exchanges), list(latency.counts), latency.sum, metrics.streams)
-        self._send(("metrics", report))
+        self._send(("metrics", self.metrics.own_report()))
 
     def _send(self, message: tuple[Any, ...]) -> None:
         # A blocking write: should the merger fall behind, the workers slow down with it instead
