@@ -16,16 +16,24 @@ the listing per group plus each node's precomputed staying pods. Other nodes (to
 overloaded, or holding pods that may only stay) are priced by a bounded knapsack in which the
 first ``current`` pods of a class are worth MOVE_COST more than the rest.
 
-The bound returned is the Lagrangian one: for any pi, g, b >= 0,
+The disruption the higher tiers settled (disruption of priority >= q at most v_q) is a row of
+the LP each (dual w_q >= 0): with it, a staying pod of priority p is worth
+MOVE_COST * (1 + sum_{q <= p} w_q) =: worth_p in the pricing (worth_c: that of class c), and
+an eviction of class c costs (EVICT_COST - MOVE_COST) * worth_c / MOVE_COST. Without these
+rows the LP would move a higher tier's pods for free: a weak bound, and dives whose packings
+break the settled limits.
 
-    sum_n (MOVE_COST * current pods on n - max over patterns of n of (pi.P + MOVE_COST * stays))
+The bound returned is the Lagrangian one: for any pi, g, b, w >= 0,
+
+    sum_n (sum_c worth_c current_c,n - max over patterns of n of (pi.P + sum_c worth_c stays_c))
       + sum_c min over y_c in [low_c, total_c] of y_c (pi_c - g_c - sum_{q: c in q} b_q)
-      + sum_c min over e_c in [0, running_c] of e_c (EVICT_COST - MOVE_COST - g_c)
-      + sum_c g_c running_c + sum_q b_q floor_q
+      + sum_c min over e_c in [0, running_c] of e_c ((EVICT_COST - MOVE_COST) worth_c
+                                                      / MOVE_COST - g_c)
+      + sum_c g_c running_c + sum_q b_q floor_q - sum_q w_q v_q
 
 (low_c = total_c for a class every floor forces to be placed in full), so it holds even when
-time runs out before the column generation converges. Disruption limits of the higher tiers and
-PDB budgets are dropped, which only weakens the bound.
+time runs out before the column generation converges. PDB budgets are dropped, which only
+weakens the bound.
 
 Solutions: ``disruption_solution`` picks one generated column per node by CP-SAT
 (price-and-branch); the bound's LP dives (``packings``) fix, node by node, the column the LP
@@ -90,10 +98,11 @@ def _node_best(
     active: Sequence[int],
     upper: dict[int, int],
     pi: dict[int, float],
+    worth: dict[int, float],
     until: float,
     clock: Clock,
 ) -> tuple[float, dict[int, int] | None, float]:
-    """max over patterns a of node n of sum_c pi_c a_c + MOVE_COST * min(a_c, current_c): an
+    """max over patterns a of node n of sum_c pi_c a_c + worth_c * min(a_c, current_c): an
     upper bound on it (exact unless the knapsack search hit its limit or ``until``), the best
     pattern found and that pattern's value."""
     values: list[float] = []
@@ -105,8 +114,8 @@ def _node_best(
         if most <= 0:
             continue
         cur = min(problem.classes[c].current[n], most)
-        # the first ``cur`` pods of the class stay (worth MOVE_COST more), the rest are extra
-        for value, limit in ((pi[c] + MOVE_COST, cur), (pi[c], most - cur)):
+        # the first ``cur`` pods of the class stay (worth ``worth[c]`` more), the rest are extra
+        for value, limit in ((pi[c] + worth[c], cur), (pi[c], most - cur)):
             if value > EPS and limit > 0:
                 values.append(value)
                 weights.append(problem.classes[c].requests)
@@ -151,19 +160,32 @@ def _pattern(owner: Sequence[int], counts: Sequence[int]) -> dict[int, int]:
 
 class _Listed:
     """Exact pricing of the nodes of one group from its listed maximal patterns: per node, the
-    pods each pattern lets stay (computed once), so a round costs one matrix product."""
+    pods each pattern lets stay (computed once), so a round costs one matrix product. With
+    disruption limits from higher tiers a staying pod is worth more the higher its priority,
+    so the staying pods are then kept per priority level of the node's pods."""
 
-    def __init__(self, problem: Problem, listing: GroupPatterns, members: Sequence[int]) -> None:
+    def __init__(
+        self, problem: Problem, listing: GroupPatterns, members: Sequence[int], split: bool
+    ) -> None:
         self.listing = listing
         self.members = list(members)
+        self.priority = [problem.classes[c].priority for c in listing.classes]
         counts = listing.counts
-        self.stays: dict[int, np.ndarray] = {}
+        # per node: (priority level, pods of that level each pattern lets stay)
+        self.stays: dict[int, list[tuple[int, np.ndarray]]] = {}
         for n in members:
             cur = np.array(
                 [problem.classes[c].current[n] for c in listing.classes], dtype=np.float32
             )
             held = np.flatnonzero(cur)
-            self.stays[n] = MOVE_COST * np.minimum(counts[:, held], cur[held]).sum(axis=1)
+            kept = np.minimum(counts[:, held], cur[held])
+            if not split:  # every pod is worth the same: one level (any priority present)
+                self.stays[n] = [(min(self.priority, default=0), kept.sum(axis=1))]
+                continue
+            levels: dict[int, list[int]] = {}
+            for k, j in enumerate(held):
+                levels.setdefault(self.priority[j], []).append(k)
+            self.stays[n] = [(q, kept[:, cols].sum(axis=1)) for q, cols in levels.items()]
 
     def values(self, pi: dict[int, float]) -> np.ndarray:
         """pi.P for every listed pattern P, in single precision (the listing's: a tenth of the
@@ -171,16 +193,30 @@ class _Listed:
         duals = np.array([pi.get(c, 0.0) for c in self.listing.classes], dtype=np.float32)
         return self.listing.counts @ duals
 
-    def exact(self, n: int, i: int, pi: dict[int, float]) -> float:
-        """pi.P + MOVE_COST * stays of pattern i on node n, in double precision."""
-        row = self.listing.counts[i]
-        return float(self.stays[n][i]) + sum(
-            pi.get(c, 0.0) * float(row[j]) for j, c in enumerate(self.listing.classes) if row[j]
+    def node_values(self, n: int, shared: np.ndarray, worth: dict[int, float]) -> np.ndarray:
+        """pi.P + the worth of the pods P lets stay on node n (``worth``: of a pod by its
+        priority), for every listed pattern P."""
+        out = shared
+        for q, kept in self.stays[n]:
+            out = out + np.float32(worth[q]) * kept
+        return out
+
+    def exact(self, n: int, i: int, pi: dict[int, float], worth: dict[int, float]) -> float:
+        """pi.P + the worth of the pods pattern i lets stay on node n, in double precision."""
+        return float(sum(worth[q] * float(kept[i]) for q, kept in self.stays[n])) + sum(
+            pi.get(c, 0.0) * float(k)
+            for c, k in zip(self.listing.classes, self.listing.counts[i], strict=True)
+            if k
         )
 
 
 def _listings(
-    problem: Problem, active: Sequence[int], seconds: float, deadline: float, clock: Clock
+    problem: Problem,
+    active: Sequence[int],
+    seconds: float,
+    deadline: float,
+    clock: Clock,
+    split: bool,
 ) -> list[_Listed]:
     """The listed groups of the nodes whose maximal patterns are few enough to list (the other
     nodes, overloaded or holding pods that may only stay, are unknown to a listing)."""
@@ -190,7 +226,7 @@ def _listings(
     for (cap, elig), members in groups.items():
         listing = group_patterns(problem, active, cap, elig, states, deadline, clock)
         if listing is not None and len(listing.counts):
-            out.append(_Listed(problem, listing, members))
+            out.append(_Listed(problem, listing, members, split))
     return out
 
 
@@ -222,6 +258,7 @@ class _Master:
         tier: int,
         placed_floors: Sequence[tuple[int, int]],
         columns: dict[int, list[dict[int, int]]] | None,
+        disruption_limits: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.problem = problem
         self.active = active = problem.active(tier)
@@ -232,7 +269,6 @@ class _Master:
             n: {c: problem.node_upper(c, n) if problem.classes[c].allowed(n) else 0 for c in active}
             for n in nodes
         }
-        self.on_node = {n: sum(problem.classes[c].current[n] for c in active) for n in nodes}
         self.extra = EVICT_COST - MOVE_COST
         self.node_rows = {n: lp.Constraint(1, 1) for n in nodes}
         # a floor equal to every pod at priority >= q forces each of those classes to be placed
@@ -247,15 +283,29 @@ class _Master:
         self.cover_rows = {c: lp.Constraint(0, lp.infinity()) for c in active}
         objective = self.objective = lp.Objective()
         self.evict_rows = {}
+        evicted = {}
         for c in active:
             self.cover_rows[c].SetCoefficient(self.placed[c], -1)
             running = problem.classes[c].n_running
             if running:
-                e = lp.NumVar(0, running, f"e{c}")
+                e = evicted[c] = lp.NumVar(0, running, f"e{c}")
                 row = self.evict_rows[c] = lp.Constraint(running, lp.infinity())
                 row.SetCoefficient(e, 1)
                 row.SetCoefficient(self.placed[c], 1)
                 objective.SetCoefficient(e, self.extra)
+        # the disruption settled for higher tiers: disruption(priority >= q) <= v, one row each
+        # (dual <= 0); a pod it counts is worth that much more where it stays
+        self.limits = [
+            (q, v, [c for c in active if problem.classes[c].priority >= q and c in evicted])
+            for q, v in disruption_limits
+        ]
+        self.limits = [limit for limit in self.limits if limit[2]]
+        self.limit_rows = []
+        for _, v, counted in self.limits:
+            row = lp.Constraint(-lp.infinity(), v)
+            for c in counted:
+                row.SetCoefficient(evicted[c], self.extra)
+            self.limit_rows.append(row)
         self.floors = [
             (q, v)
             for q, v in placed_floors
@@ -281,6 +331,10 @@ class _Master:
         self.objective.SetCoefficient(
             var, MOVE_COST * _leaving(self.problem, self.active, n, pattern)
         )
+        for row, (_, _, counted) in zip(self.limit_rows, self.limits, strict=True):
+            leaving = _leaving(self.problem, counted, n, pattern)
+            if leaving:
+                row.SetCoefficient(var, MOVE_COST * leaving)
         for c, k in pattern.items():
             if k:
                 self.cover_rows[c].SetCoefficient(var, k)
@@ -308,9 +362,29 @@ class _Master:
             pi = {c: max(0.0, row.dual_value()) for c, row in self.cover_rows.items()}
             gamma = {c: max(0.0, row.dual_value()) for c, row in self.evict_rows.items()}
             beta = [max(0.0, row.dual_value()) for row in self.floor_rows]
+            weights = [max(0.0, -row.dual_value()) for row in self.limit_rows]
             mu = {n: row.dual_value() for n, row in self.node_rows.items()}
+
+            # what one pod of each priority staying where it runs saves: MOVE_COST, plus the
+            # duals of the limits that count it
+            worth = {
+                p: MOVE_COST
+                * (
+                    1.0
+                    + sum(w for w, (q, _, _) in zip(weights, self.limits, strict=True) if p >= q)
+                )
+                for p in {problem.classes[c].priority for c in active}
+            }
+            by_class = {c: worth[problem.classes[c].priority] for c in active}
+            # per node: what keeping every pod it runs would save (its pattern's cost is that
+            # minus the worth of the pods the pattern lets stay)
+            base = {
+                n: sum(by_class[c] * problem.classes[c].current[n] for c in active)
+                for n in self.nodes
+            }
             bound = sum(g * problem.classes[c].n_running for c, g in gamma.items())
             bound += sum(b * v for b, (_, v) in zip(beta, self.floors, strict=True))
+            bound -= sum(w * v for w, (_, v, _) in zip(weights, self.limits, strict=True))
             for c in active:
                 cls = problem.classes[c]
                 pull = sum(
@@ -319,7 +393,9 @@ class _Master:
                 slope = pi[c] - gamma.get(c, 0.0) - pull
                 bound += slope * (self.low[c] if slope > 0 else cls.total)
                 if c in gamma:
-                    bound += min(0.0, self.extra - gamma[c]) * cls.n_running
+                    # an eviction costs self.extra in the objective and in every limit counting it
+                    extra = self.extra * by_class[c] / MOVE_COST
+                    bound += min(0.0, extra - gamma[c]) * cls.n_running
             added = False
             inexact = 0
             for group in listed:
@@ -327,15 +403,15 @@ class _Master:
                 for n in group.members:
                     if n in skip:
                         continue
-                    values = shared + group.stays[n]
+                    values = group.node_values(n, shared, worth)
                     i = int(np.argmax(values))
                     # the single-precision maximum may miss the true one by a rounding error
-                    ceiling = group.exact(n, i, pi) + ROUNDING * (1 + float(values[i]))
-                    bound += MOVE_COST * self.on_node[n] - ceiling
-                    if MOVE_COST * self.on_node[n] - values[i] - mu[n] >= -EPS:
+                    ceiling = group.exact(n, i, pi, worth) + ROUNDING * (1 + float(values[i]))
+                    bound += base[n] - ceiling
+                    if base[n] - values[i] - mu[n] >= -EPS:
                         continue  # no column of n prices out
                     # the patterns that price out, best first (at most TOP_COLUMNS)
-                    good = np.flatnonzero(values > MOVE_COST * self.on_node[n] - mu[n] + EPS)
+                    good = np.flatnonzero(values > base[n] - mu[n] + EPS)
                     if len(good) > TOP_COLUMNS:
                         good = good[np.argpartition(-values[good], TOP_COLUMNS - 1)[:TOP_COLUMNS]]
                     for i in good[np.argsort(-values[good])]:
@@ -346,12 +422,12 @@ class _Master:
                 if clock() >= deadline:
                     return None, best
                 ceiling, pattern, found = _node_best(
-                    problem, n, active, self.upper[n], pi, deadline, clock
+                    problem, n, active, self.upper[n], pi, by_class, deadline, clock
                 )
-                bound += MOVE_COST * self.on_node[n] - ceiling
+                bound += base[n] - ceiling
                 inexact += ceiling > found + EPS
-                # reduced cost of the pattern: its cost - pi.a - mu_n = on_node - found - mu_n
-                if pattern is not None and MOVE_COST * self.on_node[n] - found - mu[n] < -EPS:
+                # reduced cost of the pattern: its cost - pi.a - mu_n = base - found - mu_n
+                if pattern is not None and base[n] - found - mu[n] < -EPS:
                     added |= self.add(n, pattern)
             stalled = bound <= best and INEXACT_SHARE * len(self.nodes) <= inexact
             if not skip:
@@ -435,6 +511,7 @@ def disruption_bound(
     columns: dict[int, list[dict[int, int]]] | None = None,
     packings: list[Assignment] | None = None,
     listed_only: bool = False,
+    disruption_limits: Sequence[tuple[int, int]] = (),
 ) -> int:
     """A lower bound on the disruption (priority >= ``tier``) of any assignment that places at
     least ``value`` pods at priority >= q for every (q, value) in ``placed_floors``.
@@ -446,19 +523,21 @@ def disruption_bound(
     reaches (the caller checks it against every constraint).
     ``listed_only``: give up (0) unless every node is priced from a listing (the knapsack
     pricing would be too slow).
+    ``disruption_limits``: (q, value) meaning disruption(priority >= q) <= value, settled by the
+    higher tiers (rows of the LP, so its dives keep to them and the bound counts them).
     Returns 0 when nothing better is known.
     """
     deadline = clock() + seconds
     active = problem.active(tier)
     if not active or not starts:
         return 0
-    master = _Master(problem, tier, placed_floors, columns)
+    master = _Master(problem, tier, placed_floors, columns, disruption_limits)
     if master.lp is None:
         return 0
     for x in starts:
         for n in master.nodes:
             master.add(n, {c: x[c][n] for c in active if x[c][n]})
-    listed = _listings(problem, active, seconds, deadline, clock)
+    listed = _listings(problem, active, seconds, deadline, clock, bool(master.limits))
     exact = sum(len(group.members) for group in listed) == len(master.nodes)
     if listed_only and not exact:
         return 0
@@ -516,10 +595,11 @@ def disruption_solution(
     columns: dict[int, list[dict[int, int]]],
     seconds: float,
     workers: int = 0,
+    disruption_limits: Sequence[tuple[int, int]] = (),
 ) -> Assignment | None:
     """Price-and-branch: the least disruptive choice of one generated pattern per node that meets
-    the placed floors, as an assignment (``fill``; the caller checks the result against every
-    other constraint)."""
+    the placed floors and ``disruption_limits`` (as in ``disruption_bound``), as an assignment
+    (``fill``; the caller checks the result against every other constraint)."""
     active = problem.active(tier)
     nodes = range(len(problem.node_names))
     if any(not columns.get(n) for n in nodes):
@@ -529,6 +609,7 @@ def disruption_solution(
     for n in nodes:
         m.add_exactly_one(use[n, i] for i in range(len(columns[n])))
     placed = {}
+    evicted = {}
     cost: list[cp_model.LinearExprT] = []
     for c in active:
         cls = problem.classes[c]
@@ -543,11 +624,21 @@ def disruption_solution(
             )
         )
         if cls.n_running:
-            evicted = m.new_int_var(0, cls.n_running, f"e{c}")
-            m.add(evicted >= cls.n_running - placed[c])
-            cost.append((EVICT_COST - MOVE_COST) * evicted)
+            evicted[c] = m.new_int_var(0, cls.n_running, f"e{c}")
+            m.add(evicted[c] >= cls.n_running - placed[c])
+            cost.append((EVICT_COST - MOVE_COST) * evicted[c])
     for q, value in placed_floors:
         m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
+    for q, value in disruption_limits:
+        counted = [c for c in active if problem.classes[c].priority >= q]
+        m.add(
+            sum(
+                MOVE_COST * _leaving(problem, counted, n, columns[n][i]) * var
+                for (n, i), var in use.items()
+            )
+            + sum((EVICT_COST - MOVE_COST) * evicted[c] for c in counted if c in evicted)
+            <= value
+        )
     for (n, i), var in use.items():
         removed = _leaving(problem, active, n, columns[n][i])
         if removed:

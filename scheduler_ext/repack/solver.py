@@ -771,8 +771,8 @@ class _Phases:
         if maximise and self._bounded is not None and self._bounded[0] == tier:
             return self._bounded[1], None  # computed already (first) in this place phase
         floors = [(f.tier, f.value) for f in fixes if f.kind == "placed" and f.op != "<="]
+        limits = [(f.tier, f.value) for f in fixes if f.kind == "disruption" and f.op != ">="]
         columns: dict[Any, list[dict[int, int]]] = {}
-        packing_of = pattern_solution if maximise else disruption_solution
         dived: list[Assignment] = []
         # the dive moves pods freely: its packing cannot meet the disruption settled for a
         # higher tier (and dives are not cheap), so only the first tier's place phase dives
@@ -789,7 +789,12 @@ class _Phases:
             )
         else:
             bound = disruption_bound(
-                *args, target=target, columns=columns, packings=dived, listed_only=first
+                *args,
+                target=target,
+                columns=columns,
+                packings=dived,
+                listed_only=first,
+                disruption_limits=limits,
             )
         if maximise and bound is not None:
             self._bounded = (tier, bound)
@@ -801,14 +806,13 @@ class _Phases:
         of = _placed if maximise else _disruption
         if dived and of(problem, dived[0], tier) == bound:
             return bound, dived[0]  # the dive met the bound: no packing can do better
-        packed = packing_of(
-            problem,
-            tier,
-            floors,
-            columns,
-            PACK_SHARE * (deadline - (clock or self.clock)()),
-            self.options.workers,
-        )
+        seconds = PACK_SHARE * (deadline - (clock or self.clock)())
+        if maximise:
+            packed = pattern_solution(problem, tier, floors, columns, seconds, self.options.workers)
+        else:
+            packed = disruption_solution(
+                problem, tier, floors, columns, seconds, self.options.workers, limits
+            )
         if packed is not None:
             packed = relabel(problem, packed, tier, self.groups)
         if packed is None or not _satisfies(problem, packed, fixes, tier):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from ortools.linear_solver import pywraplp
@@ -125,14 +125,22 @@ def _all_patterns(problem: Problem, n: int) -> list[dict[int, int]]:
     return out
 
 
-def _full_lp(problem: Problem, floor: int) -> float:
+def _full_lp(
+    problem: Problem,
+    floor: int,
+    floors: Sequence[tuple[int, int]] = (),
+    limits: Sequence[tuple[int, int]] = (),
+) -> float:
     """The per-node pattern LP over every pattern (no column generation, no listing): each node
     picks a convex combination of patterns, y_c <= pods of c and <= slots of c, evictions
-    e_c >= running_c - y_c cost EVICT_COST - MOVE_COST more, sum y >= floor."""
+    e_c >= running_c - y_c cost EVICT_COST - MOVE_COST more, sum y >= floor (and the pods of
+    priority >= q at least v for each (q, v) of ``floors``); each (q, v) of ``limits`` keeps
+    the disruption of the pods of priority >= q at most v."""
     lp = pywraplp.Solver.CreateSolver("GLOP")
     classes = range(len(problem.classes))
     y = [lp.NumVar(0, problem.classes[c].total, f"y{c}") for c in classes]
     cover = [lp.Constraint(0, lp.infinity()) for _ in classes]
+    limit_rows = [lp.Constraint(-lp.infinity(), v) for _, v in limits]
     objective = lp.Objective()
     for c in classes:
         cover[c].SetCoefficient(y[c], -1)
@@ -142,9 +150,14 @@ def _full_lp(problem: Problem, floor: int) -> float:
         row.SetCoefficient(e, 1)
         row.SetCoefficient(y[c], 1)
         objective.SetCoefficient(e, EVICT_COST - MOVE_COST)
-    placed = lp.Constraint(floor, lp.infinity())
-    for v in y:
-        placed.SetCoefficient(v, 1)
+        for (q, _), limit in zip(limits, limit_rows, strict=True):
+            if problem.classes[c].priority >= q:
+                limit.SetCoefficient(e, EVICT_COST - MOVE_COST)
+    for q, value in [(min(problem.tiers), floor), *floors]:
+        placed = lp.Constraint(value, lp.infinity())
+        for c in classes:
+            if problem.classes[c].priority >= q:
+                placed.SetCoefficient(y[c], 1)
     for n in range(len(problem.node_names)):
         convex = lp.Constraint(1, 1)
         for pattern in _all_patterns(problem, n):
@@ -152,10 +165,17 @@ def _full_lp(problem: Problem, floor: int) -> float:
             convex.SetCoefficient(var, 1)
             for c, k in pattern.items():
                 cover[c].SetCoefficient(var, k)
-            left = sum(
-                max(0, cls.current[n] - pattern.get(c, 0)) for c, cls in enumerate(problem.classes)
-            )
-            objective.SetCoefficient(var, MOVE_COST * left)
+
+            def leaving(least: int, pattern: dict[int, int] = pattern, n: int = n) -> int:
+                return sum(
+                    max(0, cls.current[n] - pattern.get(c, 0))
+                    for c, cls in enumerate(problem.classes)
+                    if cls.priority >= least
+                )
+
+            objective.SetCoefficient(var, MOVE_COST * leaving(min(problem.tiers)))
+            for (q, _), limit in zip(limits, limit_rows, strict=True):
+                limit.SetCoefficient(var, MOVE_COST * leaving(q))
     objective.SetMinimization()
     assert lp.Solve() == pywraplp.Solver.OPTIMAL
     return float(objective.Value())
@@ -271,3 +291,95 @@ def test_listed_only_gives_up_without_listings(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(dbound, "MAX_STATES", 0)
     assert disruption_bound(*args, listed_only=True) == 0
     assert disruption_bound(*args) == listed  # the knapsack pricing is exact here too
+
+
+# two tiers, small enough to enumerate every assignment
+TIERED = [Cell(2, 4, 105, 2), Cell(3, 3, 105, 2), Cell(2, 5, 105, 2)]
+
+
+def _tiered_cases(
+    problem: Problem,
+) -> Iterator[tuple[list[tuple[int, int]], tuple[int, int], Assignment, int]]:
+    """The lower tier's disrupt phase after every outcome the higher tier may have settled:
+    (placed floors, the higher tier's disruption limit, an assignment meeting both with the
+    least disruption of the whole problem, that disruption), by brute force."""
+    high, low = problem.tiers[0], problem.tiers[-1]
+
+    def placed(x: Assignment, q: int) -> int:
+        return sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= q)
+
+    def disrupted(x: Assignment, q: int) -> int:
+        return sum(
+            disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= q
+        )
+
+    rows = [
+        (placed(x, high), disrupted(x, high), placed(x, low), disrupted(x, low), x)
+        for x in _all_assignments(problem)
+    ]
+    top = max(r[0] for r in rows)
+    for limit in sorted({r[1] for r in rows if r[0] == top}):
+        meeting = [r for r in rows if r[0] == top and r[1] <= limit]
+        floor = max(r[2] for r in meeting)
+        best = min((r for r in meeting if r[2] >= floor), key=lambda r: r[3])
+        yield [(high, top), (low, floor)], (high, limit), best[4], best[3]
+
+
+@pytest.mark.parametrize("cell", TIERED, ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_higher_tiers_disruption_limit_is_a_row_of_the_lp(cell: Cell, seed: int) -> None:
+    # the lower tier's phase keeps to the disruption the higher tier settled: the bound is the
+    # full pattern LP with that limit as a row (exact: every node is listed), never above the
+    # brute-force minimum, and its dive and price-and-branch packings keep to the limit too
+    problem = build_problem(instances(cell, 3)[seed][1])
+    if len(problem.tiers) < 2:
+        pytest.skip("the instance drew a single priority")
+    low = problem.tiers[-1]
+    checked = 0
+    for floors, limit, start, truth in _tiered_cases(problem):
+        columns: dict[int, list[dict[int, int]]] = {}
+        dived: list[Assignment] = []
+        bound = disruption_bound(
+            problem,
+            low,
+            floors,
+            [start],
+            10.0,
+            time.monotonic,
+            10**6,
+            columns,
+            dived,
+            disruption_limits=[limit],
+        )
+        lp = _full_lp(problem, floors[-1][1], floors[:1], [limit])
+        # 1e-6: GLOP's optimality tolerance, far below the distance between integers
+        assert bound == max(0, math.ceil(lp - 1e-6)) <= truth, (floors, limit, bound, truth)
+        packed = disruption_solution(
+            problem, low, floors, columns, 10.0, 1, disruption_limits=[limit]
+        )
+        assert packed is not None  # the start's own columns always make one choice
+        for x in [*dived, packed]:
+            assert feasible(problem, x)
+            high = [c for c, cls in enumerate(problem.classes) if cls.priority >= limit[0]]
+            assert sum(disruption(problem.classes[c], x[c]) for c in high) <= limit[1]
+        checked += 1
+    assert checked >= 1
+
+
+def test_the_limit_raises_the_bound_where_the_higher_tier_may_not_move() -> None:
+    # without the row the lower tier's LP may move the higher tier's pods for free; with it
+    # the bound rises on some of these instances (so the row is not a no-op)
+    raised = 0
+    for cell in TIERED:
+        for _, snapshot in instances(cell, 3):
+            problem = build_problem(snapshot)
+            if len(problem.tiers) < 2:
+                continue
+            low = problem.tiers[-1]
+            for floors, limit, start, _ in _tiered_cases(problem):
+                args = (problem, low, floors, [start], 10.0, time.monotonic)
+                with_limit = disruption_bound(*args, disruption_limits=[limit])
+                without = disruption_bound(*args)
+                assert with_limit >= without
+                raised += with_limit > without
+    assert raised >= 1
