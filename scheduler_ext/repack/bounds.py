@@ -31,7 +31,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.classes import Assignment, GroupKey, Problem, node_groups_by_key
-from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, group_patterns
+from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, Listings
 
 PRICE_SCALE = 10_000
 EXACT_EVERY = 6
@@ -261,6 +261,7 @@ def placement_bound(
     listed_only: bool = False,
     packings: list[Assignment] | None = None,
     seed: int = 0,
+    listings: Listings | None = None,
 ) -> int | None:
     """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
 
@@ -272,7 +273,7 @@ def placement_bound(
     of them, so the bound is the pattern LP's exact value; with ``listed_only`` the bound is
     None unless every group is (the knapsack pricing would be too slow). ``packings``: when
     the bound is above ``target``, an LP dive appends its integer packing (if it finds one
-    placing more).
+    placing more). ``listings``: listings made earlier in the solve, reused and added to.
     """
     deadline = clock() + seconds
     active = problem.active(tier)
@@ -323,7 +324,9 @@ def placement_bound(
     listed: dict[GroupKey, GroupPatterns] = {}
     states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
     for key in groups if exact or listed_only else ():
-        listing = group_patterns(problem, active, key[0], key[1], states, deadline, clock)
+        listing = (listings or Listings()).get(
+            problem, active, key[0], key[1], states, deadline, clock
+        )
         if listing is not None:
             listed[key] = listing
         elif listed_only:

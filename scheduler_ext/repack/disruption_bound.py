@@ -67,7 +67,7 @@ from scheduler_ext.repack.classes import (
     disruption,
     node_groups_by_key,
 )
-from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, group_patterns
+from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, Listings
 
 EPS = 1e-7
 # knapsack search nodes per pricing call; past it the loose bound is used (still valid)
@@ -88,6 +88,11 @@ BATCH = 6
 # for the sum over a pattern's classes), added to every listed node's best value so the
 # Lagrangian bound stays valid
 ROUNDING = 1e-5
+
+# columns per listed node added before the first round: the patterns keeping the most of its
+# pods (measured on 32 identical nodes: 16 cut the rounds to converge from 11 to 6-8 and the
+# time by a quarter to a half)
+KEEPERS = 16
 
 Clock = Callable[[], float]
 
@@ -171,6 +176,8 @@ class _Listed:
         self.members = list(members)
         self.priority = [problem.classes[c].priority for c in listing.classes]
         counts = listing.counts
+        # pods per pattern, scaled below one pod: a tie-break only
+        self.size = counts.sum(axis=1) / np.float32(1 + counts.sum(axis=1).max(initial=0))
         # per node: (priority level, pods of that level each pattern lets stay)
         self.stays: dict[int, list[tuple[int, np.ndarray]]] = {}
         for n in members:
@@ -186,6 +193,14 @@ class _Listed:
             for k, j in enumerate(held):
                 levels.setdefault(self.priority[j], []).append(k)
             self.stays[n] = [(q, kept[:, cols].sum(axis=1)) for q, cols in levels.items()]
+
+    def keepers(self, n: int, k: int) -> list[int]:
+        """The k patterns that let the most of node n's pods stay (fuller ones first among
+        equals)."""
+        score = sum(kept for _, kept in self.stays[n]) + self.size
+        k = min(k, len(score))
+        top = np.argpartition(-score, k - 1)[:k]
+        return [int(i) for i in top[np.argsort(-score[top])]]
 
     def values(self, pi: dict[int, float]) -> np.ndarray:
         """pi.P for every listed pattern P, in single precision (the listing's: a tenth of the
@@ -217,6 +232,7 @@ def _listings(
     deadline: float,
     clock: Clock,
     split: bool,
+    listings: Listings,
 ) -> list[_Listed]:
     """The listed groups of the nodes whose maximal patterns are few enough to list (the other
     nodes, overloaded or holding pods that may only stay, are unknown to a listing)."""
@@ -224,7 +240,7 @@ def _listings(
     states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
     out = []
     for (cap, elig), members in groups.items():
-        listing = group_patterns(problem, active, cap, elig, states, deadline, clock)
+        listing = listings.get(problem, active, cap, elig, states, deadline, clock)
         if listing is not None and len(listing.counts):
             out.append(_Listed(problem, listing, members, split))
     return out
@@ -512,6 +528,7 @@ def disruption_bound(
     packings: list[Assignment] | None = None,
     listed_only: bool = False,
     disruption_limits: Sequence[tuple[int, int]] = (),
+    listings: Listings | None = None,
 ) -> int:
     """A lower bound on the disruption (priority >= ``tier``) of any assignment that places at
     least ``value`` pods at priority >= q for every (q, value) in ``placed_floors``.
@@ -525,6 +542,7 @@ def disruption_bound(
     pricing would be too slow).
     ``disruption_limits``: (q, value) meaning disruption(priority >= q) <= value, settled by the
     higher tiers (rows of the LP, so its dives keep to them and the bound counts them).
+    ``listings``: listings made earlier in the solve, reused and added to.
     Returns 0 when nothing better is known.
     """
     deadline = clock() + seconds
@@ -537,10 +555,16 @@ def disruption_bound(
     for x in starts:
         for n in master.nodes:
             master.add(n, {c: x[c][n] for c in active if x[c][n]})
-    listed = _listings(problem, active, seconds, deadline, clock, bool(master.limits))
+    listed = _listings(
+        problem, active, seconds, deadline, clock, bool(master.limits), listings or Listings()
+    )
     exact = sum(len(group.members) for group in listed) == len(master.nodes)
     if listed_only and not exact:
         return 0
+    for group in listed:
+        for n in group.members:
+            for i in group.keepers(n, KEEPERS):
+                master.add(n, group.listing.pattern(i))
     value, best = master.converge(listed, deadline, clock, target)
     bound = _ceil(best)
     # converged with exact pricing, the Lagrangian bound meets the LP value up to the pricing's

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler_ext.repack.classes import Problem
+from scheduler_ext.repack.classes import Problem, node_groups_by_key
 
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
@@ -147,3 +147,43 @@ def group_patterns(
     if counts is None:
         return None
     return GroupPatterns(members, counts.astype(np.float32))
+
+
+_ListingKey = tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]]
+
+
+class Listings:
+    """The listings made so far in one solve, by (active classes, free capacity, eligibility): a
+    place phase and the disrupt phase after it list the same groups (measured on 32 nodes with
+    four pods per node: 0.1-0.35 s a listing)."""
+
+    def __init__(self) -> None:
+        self._made: dict[_ListingKey, GroupPatterns] = {}
+
+    def cover(self, problem: Problem, tier: int) -> bool:
+        """Whether every node of a phase of ``tier`` is in a group listed already."""
+        active = problem.active(tier)
+        groups, others = node_groups_by_key(problem, active)
+        return not others and all(
+            (tuple(active), tuple(cap), tuple(elig)) in self._made for cap, elig in groups
+        )
+
+    def get(
+        self,
+        problem: Problem,
+        active: Sequence[int],
+        cap: Sequence[int],
+        eligible: Sequence[bool],
+        max_states: int = MAX_STATES,
+        until: float = float("inf"),
+        clock: Callable[[], float] = lambda: 0.0,
+    ) -> GroupPatterns | None:
+        """``group_patterns``, made once (a listing cut short by ``until`` or ``max_states`` is
+        not kept: a later call with more time may finish it)."""
+        key = (tuple(active), tuple(cap), tuple(eligible))
+        found = self._made.get(key)
+        if found is None:
+            found = group_patterns(problem, active, cap, eligible, max_states, until, clock)
+            if found is not None:
+                self._made[key] = found
+        return found

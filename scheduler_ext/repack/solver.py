@@ -75,6 +75,7 @@ from scheduler_ext.repack.classes import (
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, PhaseModels
+from scheduler_ext.repack.patterns import Listings
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -282,6 +283,8 @@ class _Phases:
         self.models = PhaseModels(options.formulation, problem)
         self.groups = node_groups(problem)
         self._solver: cp_model.CpSolver | None = None  # the search running now, to stop it
+        # the pattern listings made so far: a disrupt phase reuses its place phase's
+        self.listings = Listings()
 
     def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
         """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
@@ -602,23 +605,45 @@ class _Phases:
         objective bound, weight), the best other assignment and the bound."""
         problem = self.problem
         stopper = _StopAt(bound)
+        best = x
 
         def met() -> bool:
             return min(stopper.best, _disruption(problem, best, tier)) <= bound
 
-        workers = _cores(self.options) - 1
-        self._solver = None
-        thread = _SearchThread(
-            lambda: self._cp(tier, False, fixes, x, seconds, None, workers, stopper)
-        )
-        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
-        best = x
         # small clusters: the bound converges in well under a second and often proves the
         # phase; on large ones its knapsack pricing is too slow to help (measured on 16-32
         # nodes with 3-4 s phases: no proof, and the LNS that gets its time instead ends
         # lower), so there it runs only when every node is priced from listed patterns
         large = len(problem.node_names) >= LNS_MIN_NODES
-        if seconds >= SIDE_BOUND_SECONDS:
+        # and on SHORT_MIN_NODES or more, where the place phase listed them, the listed LP and
+        # its dives run alone first: a search beside them halved their speed (measured on 32
+        # nodes with four pods per node on a loaded 2-core machine: in a 3 s phase the dives
+        # left 59 moves beside the search, and 37-40 alone)
+        alone = len(problem.node_names) >= SHORT_MIN_NODES and self.listings.cover(problem, tier)
+        if alone and seconds >= SIDE_BOUND_SECONDS:
+            lower, packed = self._patterns(
+                tier,
+                False,
+                fixes,
+                [x],
+                SIDE_BOUND_SHARE * seconds,
+                _disruption(problem, x, tier),
+                deadline,
+                first=True,
+            )
+            stopper.bound = bound = max(bound, lower or 0)
+            best = _better(problem, tier, packed, best)
+            seconds = deadline - self.clock()
+            if met() or seconds < 0.005:
+                return cp_model.UNKNOWN, None, None, 1, best, bound
+        workers = _cores(self.options) - 1
+        self._solver = None
+        start = best
+        thread = _SearchThread(
+            lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
+        )
+        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
+        if not alone and seconds >= SIDE_BOUND_SECONDS:
             lower, packed = self._patterns(
                 tier,
                 False,
@@ -786,6 +811,7 @@ class _Phases:
                 listed_only=first,
                 packings=dived if dive else None,
                 seed=self.options.seed,
+                listings=self.listings,
             )
         else:
             bound = disruption_bound(
@@ -795,6 +821,7 @@ class _Phases:
                 packings=dived,
                 listed_only=first,
                 disruption_limits=limits,
+                listings=self.listings,
             )
         if maximise and bound is not None:
             self._bounded = (tier, bound)
