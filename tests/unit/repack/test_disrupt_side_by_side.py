@@ -1,5 +1,6 @@
 """The disrupt phase on several cores (search in a thread beside the bound and the LNS) proves
-the same optimum as the single-core sequence, and a failure in the search thread is not lost."""
+the same optimum as the single-core sequence, a failure in the search thread is not lost, and
+on large listed clusters the bound runs before the search."""
 
 from __future__ import annotations
 
@@ -40,3 +41,41 @@ def test_a_failing_search_thread_raises_in_the_caller(monkeypatch: pytest.Monkey
     monkeypatch.setattr(solver._Phases, "_cp", failing)
     with pytest.raises(RuntimeError, match="search failed"):
         solve(snapshot, SolveOptions(time_limit=5, workers=2))
+
+
+def _events(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records, in order, when a disrupt phase's pattern-LP bound starts and ends and when its
+    search starts."""
+    events: list[str] = []
+    bound, search = solver.disruption_bound, solver._Phases._cp
+
+    def recorded_bound(*args: Any, **kwargs: Any) -> int:
+        events.append("bound")
+        try:
+            return bound(*args, **kwargs)
+        finally:
+            events.append("bound done")
+
+    def recorded_search(self: Any, tier: int, maximise: bool, *args: Any, **kwargs: Any) -> Any:
+        if not maximise:
+            events.append("search")
+        return search(self, tier, maximise, *args, **kwargs)
+
+    monkeypatch.setattr(solver, "disruption_bound", recorded_bound)
+    monkeypatch.setattr(solver._Phases, "_cp", recorded_search)
+    return events
+
+
+def test_large_listed_clusters_run_the_disruption_lp_before_the_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 32 identical nodes with four pods each: the place phase lists the patterns, and the
+    # disrupt phase runs the listed LP and its dives alone, then the search (if still needed)
+    events = _events(monkeypatch)
+    snapshot = instances(Cell(32, 4, 100, 1), 1)[0][1]
+    # seed 0 proves its disruption in about 2 s; the limit only guards a loaded machine
+    plan = solve(snapshot, SolveOptions(time_limit=10, workers=2))
+    assert plan.status in ("OPTIMAL", "FEASIBLE")
+    assert "bound" in events
+    if "search" in events:
+        assert events.index("bound done") < events.index("search"), events

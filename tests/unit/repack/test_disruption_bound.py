@@ -28,6 +28,7 @@ from scheduler_ext.repack.classes import (
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution, fill
 from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.heuristics import best_start
+from scheduler_ext.repack.patterns import Listings
 from scheduler_ext.repack.snapshot import parse_list
 from scheduler_ext.repack.solver import SolveOptions, solve
 
@@ -383,3 +384,28 @@ def test_the_limit_raises_the_bound_where_the_higher_tier_may_not_move() -> None
                 assert with_limit >= without
                 raised += with_limit > without
     assert raised >= 1
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+def test_each_nodes_first_keeper_keeps_every_pod_it_runs(cell: Cell) -> None:
+    # a node's current pods fit it, so some maximal pattern contains them all: the column the
+    # LP starts from on that node keeps every one of them (and the next ones no more)
+    problem = build_problem(instances(cell, 1)[0][1])
+    tier = problem.tiers[-1]
+    active = problem.active(tier)
+    listed = dbound._listings(problem, active, 10.0, math.inf, time.monotonic, False, Listings())
+    assert sum(len(group.members) for group in listed) == len(problem.node_names)
+    for group in listed:
+        for n in group.members:
+            keepers = group.keepers(n, dbound.KEEPERS)
+            assert 1 <= len(keepers) <= dbound.KEEPERS
+            running = [problem.classes[c].current[n] for c in active]
+            kept = [
+                sum(
+                    min(group.listing.pattern(i).get(c, 0), k)
+                    for c, k in zip(active, running, strict=True)
+                )
+                for i in keepers
+            ]
+            assert kept[0] == sum(running)
+            assert kept == sorted(kept, reverse=True)

@@ -22,7 +22,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.model import Fix, build_phase_model
-from scheduler_ext.repack.patterns import maximal_patterns
+from scheduler_ext.repack.patterns import Listings, maximal_patterns
 from scheduler_ext.repack.solver import SolveOptions, solve
 
 MB = 1_000_000
@@ -194,3 +194,24 @@ def test_solver_proves_the_place_phase_by_the_pattern_lp(index: int) -> None:
     assert place.status == "OPTIMAL" and place.value == best
     if plan.status != "NO_IMPROVEMENT":  # a returned plan passed the checker
         assert sum(plan.after.placed_by_priority.values()) == best
+
+
+def test_listings_list_each_group_once_and_keep_no_partial_listing() -> None:
+    problem = build_problem(instances(Cell(8, 4, 100, 1), 1)[0][1])
+    tier = problem.tiers[-1]
+    active = problem.active(tier)
+    cap, elig = problem.capacity[0], tuple(True for _ in active)
+    listings = Listings()
+    assert not listings.cover(problem, tier)
+    # cut short by the state cap: nothing is kept, and a later call with room lists in full
+    assert listings.get(problem, active, cap, elig, max_states=1) is None
+    assert not listings.cover(problem, tier)
+    first = listings.get(problem, active, cap, elig)
+    assert first is not None and len(first.counts)
+    assert listings.cover(problem, tier)  # eight identical nodes: one group
+    # the second call returns the same listing without listing again (a zero state cap would
+    # make a new listing give up)
+    assert listings.get(problem, active, cap, elig, max_states=0) is first
+    # another tier's phase has other active classes: not covered by this listing
+    tiered = build_problem(instances(Cell(8, 4, 105, 2), 1)[0][1])
+    assert not listings.cover(tiered, tiered.tiers[0])
