@@ -41,8 +41,9 @@ uses most, price again (undoing the latest fixes when the placed floors stop fit
 the integral pattern choice into an assignment (``fill``); dives after the first break ties at
 random. Measured: on 16 identical nodes with four pods per node (5 000-6 000 maximal patterns)
 the bound converges in under 0.1 s and the first dive meets it; on 32 such nodes (75 000-100 000
-patterns) the listing takes 0.15-0.35 s, the convergence 0.4-1.6 s and a dive 0.4-4.5 s on a
-loaded 2-core machine, too slow for a sub-second phase.
+patterns) the listing takes 0.1-0.35 s (once per solve: the place phase's is reused), the
+convergence from each node's KEEPERS columns 0.15-0.4 s and a dive 0.2-0.5 s on a 2-core
+machine: too slow for the 0.4-0.6 s a 1 s solve leaves its disrupt phase, in time from 2-3 s.
 Pure: the clock is a parameter. Neighbours: ``bounds`` (ColumnPool, knapsack), ``patterns``,
 ``solver``.
 """

@@ -35,7 +35,9 @@ several cores, that search runs in a thread from the start (``_side_by_side``), 
 with its dive and packing (on 12 nodes or more only when every node is priced from listed
 maximal patterns, which is exact and fast: on 16 identical nodes with four pods per node the
 dive meets the bound, a proof, in a few tenths of a second) and then the LNS; the bound stops
-the search as soon as a solution meets it.
+the search as soon as a solution meets it. On SHORT_MIN_NODES nodes or more whose place phase
+listed the patterns (kept in ``Listings`` for the solve), the bound and its dives run alone
+first and the search starts only if they leave the phase unproven.
 
 Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
 outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
