@@ -31,7 +31,13 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack.classes import Assignment, GroupKey, Problem, node_groups_by_key
-from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, Listings
+from scheduler_ext.repack.patterns import (
+    MAX_STATES,
+    TOP_COLUMNS,
+    GroupPatterns,
+    Listings,
+    group_patterns,
+)
 
 PRICE_SCALE = 10_000
 EXACT_EVERY = 6
@@ -324,9 +330,7 @@ def placement_bound(
     listed: dict[GroupKey, GroupPatterns] = {}
     states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
     for key in groups if exact or listed_only else ():
-        listing = (listings or Listings()).get(
-            problem, active, key[0], key[1], states, deadline, clock
-        )
+        listing = group_patterns(problem, active, key[0], key[1], states, deadline, clock, listings)
         if listing is not None:
             listed[key] = listing
         elif listed_only:

@@ -68,7 +68,13 @@ from scheduler_ext.repack.classes import (
     disruption,
     node_groups_by_key,
 )
-from scheduler_ext.repack.patterns import MAX_STATES, TOP_COLUMNS, GroupPatterns, Listings
+from scheduler_ext.repack.patterns import (
+    MAX_STATES,
+    TOP_COLUMNS,
+    GroupPatterns,
+    Listings,
+    group_patterns,
+)
 
 EPS = 1e-7
 # knapsack search nodes per pricing call; past it the loose bound is used (still valid)
@@ -233,7 +239,7 @@ def _listings(
     deadline: float,
     clock: Clock,
     split: bool,
-    listings: Listings,
+    listings: Listings | None,
 ) -> list[_Listed]:
     """The listed groups of the nodes whose maximal patterns are few enough to list (the other
     nodes, overloaded or holding pods that may only stay, are unknown to a listing)."""
@@ -241,7 +247,7 @@ def _listings(
     states = min(MAX_STATES, int(STATES_PER_SECOND * seconds))
     out = []
     for (cap, elig), members in groups.items():
-        listing = listings.get(problem, active, cap, elig, states, deadline, clock)
+        listing = group_patterns(problem, active, cap, elig, states, deadline, clock, listings)
         if listing is not None and len(listing.counts):
             out.append(_Listed(problem, listing, members, split))
     return out
@@ -556,9 +562,7 @@ def disruption_bound(
     for x in starts:
         for n in master.nodes:
             master.add(n, {c: x[c][n] for c in active if x[c][n]})
-    listed = _listings(
-        problem, active, seconds, deadline, clock, bool(master.limits), listings or Listings()
-    )
+    listed = _listings(problem, active, seconds, deadline, clock, bool(master.limits), listings)
     exact = sum(len(group.members) for group in listed) == len(master.nodes)
     if listed_only and not exact:
         return 0

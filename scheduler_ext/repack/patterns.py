@@ -132,9 +132,15 @@ def group_patterns(
     max_states: int = MAX_STATES,
     until: float = float("inf"),
     clock: Callable[[], float] = lambda: 0.0,
+    made: Listings | None = None,
 ) -> GroupPatterns | None:
     """The maximal patterns of a node group with free capacity ``cap`` over the ``active``
-    classes flagged ``eligible`` there, or None when there are too many."""
+    classes flagged ``eligible`` there, or None when there are too many. ``made``: the
+    listings made earlier in the solve, reused and added to (a listing cut short by ``until``
+    or ``max_states`` is not kept: a later call with more time may finish it)."""
+    key = (tuple(active), tuple(cap), tuple(eligible))
+    if made is not None and key in made:
+        return made[key]
     members = tuple(c for c, ok in zip(active, eligible, strict=True) if ok)
     counts = maximal_patterns(
         [problem.classes[c].requests for c in members],
@@ -146,44 +152,21 @@ def group_patterns(
     )
     if counts is None:
         return None
-    return GroupPatterns(members, counts.astype(np.float32))
+    found = GroupPatterns(members, counts.astype(np.float32))
+    if made is not None:
+        made[key] = found
+    return found
 
 
-_ListingKey = tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]]
-
-
-class Listings:
+class Listings(dict[tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]], GroupPatterns]):
     """The listings made so far in one solve, by (active classes, free capacity, eligibility): a
     place phase and the disrupt phase after it list the same groups (measured on 32 nodes with
-    four pods per node: 0.1-0.35 s a listing)."""
-
-    def __init__(self) -> None:
-        self._made: dict[_ListingKey, GroupPatterns] = {}
+    four pods per node: 0.1-0.35 s a listing). ``group_patterns`` fills it."""
 
     def cover(self, problem: Problem, tier: int) -> bool:
         """Whether every node of a phase of ``tier`` is in a group listed already."""
         active = problem.active(tier)
         groups, others = node_groups_by_key(problem, active)
         return not others and all(
-            (tuple(active), tuple(cap), tuple(elig)) in self._made for cap, elig in groups
+            (tuple(active), tuple(cap), tuple(elig)) in self for cap, elig in groups
         )
-
-    def get(
-        self,
-        problem: Problem,
-        active: Sequence[int],
-        cap: Sequence[int],
-        eligible: Sequence[bool],
-        max_states: int = MAX_STATES,
-        until: float = float("inf"),
-        clock: Callable[[], float] = lambda: 0.0,
-    ) -> GroupPatterns | None:
-        """``group_patterns``, made once (a listing cut short by ``until`` or ``max_states`` is
-        not kept: a later call with more time may finish it)."""
-        key = (tuple(active), tuple(cap), tuple(eligible))
-        found = self._made.get(key)
-        if found is None:
-            found = group_patterns(problem, active, cap, eligible, max_states, until, clock)
-            if found is not None:
-                self._made[key] = found
-        return found

@@ -622,30 +622,11 @@ class _Phases:
         # nodes with four pods per node on a loaded 2-core machine: in a 3 s phase the dives
         # left 59 moves beside the search, and 37-40 alone)
         alone = len(problem.node_names) >= SHORT_MIN_NODES and self.listings.cover(problem, tier)
-        if alone and seconds >= SIDE_BOUND_SECONDS:
-            lower, packed = self._patterns(
-                tier,
-                False,
-                fixes,
-                [x],
-                SIDE_BOUND_SHARE * seconds,
-                _disruption(problem, x, tier),
-                deadline,
-                first=True,
-            )
-            stopper.bound = bound = max(bound, lower or 0)
-            best = _better(problem, tier, packed, best)
-            seconds = deadline - self.clock()
-            if met() or seconds < 0.005:
-                return cp_model.UNKNOWN, None, None, 1, best, bound
-        workers = _cores(self.options) - 1
-        self._solver = None
-        start = best
-        thread = _SearchThread(
-            lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
-        )
-        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
-        if not alone and seconds >= SIDE_BOUND_SECONDS:
+
+        def bounded(clock: Clock | None) -> None:
+            """The pattern-LP bound, its dive and packing: they may raise the bound and improve
+            the best assignment."""
+            nonlocal best, bound
             lower, packed = self._patterns(
                 tier,
                 False,
@@ -659,6 +640,21 @@ class _Phases:
             )
             stopper.bound = bound = max(bound, lower or 0)
             best = _better(problem, tier, packed, best)
+
+        if alone and seconds >= SIDE_BOUND_SECONDS:
+            bounded(None)
+            seconds = deadline - self.clock()
+            if met() or seconds < 0.005:
+                return cp_model.UNKNOWN, None, None, 1, best, bound
+        workers = _cores(self.options) - 1
+        self._solver = None
+        start = best
+        thread = _SearchThread(
+            lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
+        )
+        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
+        if not alone and seconds >= SIDE_BOUND_SECONDS:
+            bounded(clock)
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)

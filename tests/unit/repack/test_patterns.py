@@ -22,7 +22,7 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.model import Fix, build_phase_model
-from scheduler_ext.repack.patterns import Listings, maximal_patterns
+from scheduler_ext.repack.patterns import Listings, group_patterns, maximal_patterns
 from scheduler_ext.repack.solver import SolveOptions, solve
 
 MB = 1_000_000
@@ -204,14 +204,14 @@ def test_listings_list_each_group_once_and_keep_no_partial_listing() -> None:
     listings = Listings()
     assert not listings.cover(problem, tier)
     # cut short by the state cap: nothing is kept, and a later call with room lists in full
-    assert listings.get(problem, active, cap, elig, max_states=1) is None
+    assert group_patterns(problem, active, cap, elig, max_states=1, made=listings) is None
     assert not listings.cover(problem, tier)
-    first = listings.get(problem, active, cap, elig)
+    first = group_patterns(problem, active, cap, elig, made=listings)
     assert first is not None and len(first.counts)
     assert listings.cover(problem, tier)  # eight identical nodes: one group
     # the second call returns the same listing without listing again (a zero state cap would
     # make a new listing give up)
-    assert listings.get(problem, active, cap, elig, max_states=0) is first
+    assert group_patterns(problem, active, cap, elig, max_states=0, made=listings) is first
     # another tier's phase has other active classes: not covered by this listing
     tiered = build_problem(instances(Cell(8, 4, 105, 2), 1)[0][1])
     assert not listings.cover(tiered, tiered.tiers[0])
