@@ -11,7 +11,7 @@ then are pending pods placed, so a running pod is never displaced for an identic
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from scheduler_ext.repack.eligibility import eligible
@@ -166,6 +166,32 @@ def node_groups_by_key(
         elig = tuple(n in problem.classes[c].eligible for c in active)
         groups.setdefault((problem.capacity[n], elig), []).append(n)
     return groups, others
+
+
+def freeze_above(problem: Problem, tier: int) -> Problem | None:
+    """The problem in which the running pods of the classes above ``tier`` stay where they are:
+    their load leaves the nodes' free capacity and they are no longer running pods of their
+    class (its pending pods remain, to be placed). Class indices are unchanged, so an
+    assignment of it plus ``current_assignment`` of the classes above is one of ``problem``.
+    None when a node is overloaded (its load is not a capacity there)."""
+    if any(problem.overloaded):
+        return None
+    empty: tuple[tuple[str, ...], ...] = tuple(() for _ in problem.node_names)
+    capacity = [list(row) for row in problem.capacity]
+    classes = []
+    for cls in problem.classes:
+        if cls.priority <= tier:
+            classes.append(cls)
+            continue
+        for n in cls.running_nodes:
+            for r, need in enumerate(cls.requests):
+                capacity[n][r] -= need * cls.current[n]
+        classes.append(replace(cls, running=empty))
+    return replace(
+        problem,
+        capacity=tuple(tuple(row) for row in capacity),
+        classes=tuple(classes),
+    )
 
 
 def current_assignment(problem: Problem) -> Assignment:

@@ -138,7 +138,7 @@ def group_patterns(
     classes flagged ``eligible`` there, or None when there are too many. ``made``: the
     listings made earlier in the solve, reused and added to (a listing cut short by ``until``
     or ``max_states`` is not kept: a later call with more time may finish it)."""
-    key = (tuple(active), tuple(cap), tuple(eligible))
+    key = _key(problem, active, cap, eligible)
     if made is not None and key in made:
         return made[key]
     members = tuple(c for c, ok in zip(active, eligible, strict=True) if ok)
@@ -158,15 +158,21 @@ def group_patterns(
     return found
 
 
-class Listings(dict[tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]], GroupPatterns]):
-    """The listings made so far in one solve, by (active classes, free capacity, eligibility): a
-    place phase and the disrupt phase after it list the same groups (measured on 32 nodes with
-    four pods per node: 0.1-0.35 s a listing). ``group_patterns`` fills it."""
+def _key(
+    problem: Problem, active: Sequence[int], cap: Sequence[int], eligible: Sequence[bool]
+) -> tuple[tuple[int, ...], ...]:
+    """What a listing depends on: the classes, their pods, the free capacity and eligibility."""
+    totals = tuple(problem.classes[c].total for c in active)
+    return (tuple(active), totals, tuple(cap), tuple(int(ok) for ok in eligible))
+
+
+class Listings(dict[tuple[tuple[int, ...], ...], GroupPatterns]):
+    """The listings made so far in one solve, by (active classes, their pods, free capacity,
+    eligibility): a place phase and the disrupt phase after it list the same groups (measured
+    on 32 nodes with four pods per node: 0.1-0.35 s a listing). ``group_patterns`` fills it."""
 
     def cover(self, problem: Problem, tier: int) -> bool:
         """Whether every node of a phase of ``tier`` is in a group listed already."""
         active = problem.active(tier)
         groups, others = node_groups_by_key(problem, active)
-        return not others and all(
-            (tuple(active), tuple(cap), tuple(elig)) in self for cap, elig in groups
-        )
+        return not others and all(_key(problem, active, cap, elig) in self for cap, elig in groups)

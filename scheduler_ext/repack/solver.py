@@ -11,21 +11,22 @@ the best of the starting heuristics (``heuristics.best_start``). It is the solve
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
 phase is proven without calling CP-SAT.
 
-A place phase of the class formulation first gets the pattern-LP bound of ``bounds`` when every
-node group's maximal patterns can be listed (``patterns``; about four pods per node): priced
-exactly, that LP bounds the phase tightly, and in the first tier its dive packs to the bound,
-which proves the phase at once. Otherwise, or when that does not prove it, a place phase that
-CP-SAT does not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood
-search on the tier's pods (``lns``), then the pattern-LP bound (used as a cut, and as a proof
-when the incumbent meets it) and a price-and-branch packing from the generated patterns. On
-SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by
-one search with all the time left and no pattern bound (it would not converge in that time).
-On several cores a place phase on PLACE_BESIDE_MIN_NODES nodes or more runs instead
-(``_place_side_by_side``): the pattern LP and its dive alone first (all of a short phase on
-SHORT_MIN_NODES nodes when the tier dives; the bound share in a lower tier, which does not), then,
-unless that proved the phase, the search in a thread on all cores but one until the phase ends,
-beside the LNS (and, with time, the knapsack-priced pattern LP); a bound met by either side
-stops the other, and the phase ends when the search does.
+A place phase of the class formulation first gets the pattern-LP bound of ``bounds`` when every node
+group's maximal patterns can be listed (``patterns``; about four pods per node): priced exactly,
+that LP bounds the phase tightly, and in the first tier its dive packs to the bound, which proves
+the phase at once. A lower tier dives too when the tiers above may disrupt nothing (their disruption
+settled at 0): the LP then works without their running pods, which stay where they are (``_Frozen``,
+``classes.freeze_above``). Otherwise, or when that does not prove it, a place phase that CP-SAT does
+not prove quickly (on 12 nodes or more: before CP-SAT) gets a large-neighbourhood search on the
+tier's pods (``lns``), then the pattern-LP bound (used as a cut, and as a proof when the incumbent
+meets it) and a price-and-branch packing from the generated patterns. On SHORT_MIN_NODES nodes or
+more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by one search with all the time
+left and no pattern bound (it would not converge in that time). On several cores a place phase on
+PLACE_BESIDE_MIN_NODES nodes or more runs instead (``_place_side_by_side``): the pattern LP and its
+dive alone first (all of a short phase on SHORT_MIN_NODES nodes when the tier dives; the bound share
+in a lower tier that does not), then, unless that proved the phase, the search in a thread on all
+cores but one until the phase ends, beside the LNS (and, with time, the knapsack-priced pattern LP);
+a bound met by either side stops the other, and the phase ends when the search does.
 
 A disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12
@@ -72,6 +73,7 @@ from scheduler_ext.repack.classes import (
     current_assignment,
     disruption,
     feasible,
+    freeze_above,
     pods_for,
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
@@ -265,6 +267,44 @@ class _SearchThread:
         return self._out[0]
 
 
+class _Frozen:
+    """A place phase whose higher tiers may not disrupt anything: their running pods stay
+    where they are, so the pattern LP works on ``classes.freeze_above`` (their load taken off
+    the nodes) and may dive, which moving them freely would forbid. Maps counts, floors and
+    assignments between that problem and the solve's."""
+
+    def __init__(self, problem: Problem, tier: int, frozen: Problem) -> None:
+        self.original = problem
+        self.problem = frozen
+        self.above = [c for c, cls in enumerate(problem.classes) if cls.priority > tier]
+
+    def held(self, q: int) -> int:
+        """The running pods at priority >= q that stay by the freeze."""
+        return sum(
+            self.original.classes[c].n_running
+            for c in self.above
+            if self.original.classes[c].priority >= q
+        )
+
+    def down(self, x: Assignment) -> Assignment | None:
+        """``x`` without the frozen pods, or None when it moved one of them."""
+        out = [list(row) for row in x]
+        for c in self.above:
+            for n, k in enumerate(self.original.classes[c].current):
+                out[c][n] -= k
+                if out[c][n] < 0:
+                    return None
+        return out
+
+    def up(self, x: Assignment) -> Assignment:
+        """``x`` with the frozen pods back where they run."""
+        out = [list(row) for row in x]
+        for c in self.above:
+            for n, k in enumerate(self.original.classes[c].current):
+                out[c][n] += k
+        return out
+
+
 class _Phases:
     """Runs phases against one deadline and records their reports."""
 
@@ -287,12 +327,24 @@ class _Phases:
         self._solver: cp_model.CpSolver | None = None  # the search running now, to stop it
         # the pattern listings made so far: a disrupt phase reuses its place phase's
         self.listings = Listings()
+        self._freeze: tuple[int, _Frozen | None] | None = None
 
     def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
         """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
         the fixes (``relabel`` keeps every count; the check is the solver's own)."""
         y = relabel(self.problem, x, tier, self.groups)
         return y if y is not x and _satisfies(self.problem, y, fixes, tier) else x
+
+    def _frozen(self, tier: int, fixes: Sequence[Fix]) -> _Frozen | None:
+        """The freeze of a lower tier's place phase whose higher tiers may disrupt nothing (the
+        last disruption fix covers every class above ``tier``), if it applies."""
+        settled = [f for f in fixes if f.kind == "disruption"]
+        if not settled or settled[-1].value != 0 or settled[-1].op == ">=":
+            return None
+        if self._freeze is None or self._freeze[0] != tier:
+            frozen = freeze_above(self.problem, tier)
+            self._freeze = (tier, None if frozen is None else _Frozen(self.problem, tier, frozen))
+        return self._freeze[1]
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -694,7 +746,9 @@ class _Phases:
         # LP only bounds, and the search proves sooner (measured: 0.2 s, where the LP with the
         # settled tiers' floors had not converged after 0.6 s)
         short = len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
-        dive = not any(f.kind == "disruption" for f in fixes)
+        dive = self._frozen(tier, fixes) is not None or not any(
+            f.kind == "disruption" for f in fixes
+        )
         starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
         left = deadline - self.clock()
         share = (1.0 if short else PATTERN_SHARE) if dive else BOUND_SHARE
@@ -798,19 +852,30 @@ class _Phases:
         columns: dict[Any, list[dict[int, int]]] = {}
         dived: list[Assignment] = []
         # the dive moves pods freely: its packing cannot meet the disruption settled for a
-        # higher tier (and dives are not cheap), so only the first tier's place phase dives
-        dive = not any(f.kind == "disruption" for f in fixes)
-        args = (problem, tier, floors, starts, seconds, clock or self.clock)
+        # higher tier (and dives are not cheap), so a place phase dives only in the first tier
+        # or when the higher tiers' pods are frozen (then the LP works without them)
+        frozen = self._frozen(tier, fixes) if maximise else None
+        dive = frozen is not None or not any(f.kind == "disruption" for f in fixes)
+        space, lifted = problem, 0
+        if frozen is not None:
+            space, lifted = frozen.problem, frozen.held(tier)
+            floors = [(q, v - frozen.held(q)) for q, v in floors]
+            starts = [y for y in map(frozen.down, starts) if y is not None]
+        args = (space, tier, floors, starts, seconds, clock or self.clock)
         if maximise:
             bound = placement_bound(
                 *args,
-                target=target,
+                target=None if target is None else target - lifted,
                 columns=columns,
                 listed_only=first,
                 packings=dived if dive else None,
                 seed=self.options.seed,
                 listings=self.listings,
             )
+            if bound is not None:
+                bound += lifted
+            if frozen is not None:
+                dived = [frozen.up(x) for x in dived]
         else:
             bound = disruption_bound(
                 *args,
@@ -833,7 +898,9 @@ class _Phases:
             return bound, dived[0]  # the dive met the bound: no packing can do better
         seconds = PACK_SHARE * (deadline - (clock or self.clock)())
         if maximise:
-            packed = pattern_solution(problem, tier, floors, columns, seconds, self.options.workers)
+            packed = pattern_solution(space, tier, floors, columns, seconds, self.options.workers)
+            if packed is not None and frozen is not None:
+                packed = frozen.up(packed)
         else:
             packed = disruption_solution(
                 problem, tier, floors, columns, seconds, self.options.workers, limits
