@@ -29,16 +29,17 @@ cores but one until the phase ends, beside the LNS (and, with time, the knapsack
 a bound met by either side stops the other, and the phase ends when the search does.
 
 A disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
-``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12
-nodes or more an LNS that undoes moves, then one search with that bound as a cut; on
-SHORT_MIN_NODES nodes or more with less than MIN_BOUND_SECONDS, only the LNS. Otherwise, on
-several cores, that search runs in a thread from the start (``_side_by_side``), beside the bound
-with its dive and packing (on 12 nodes or more only when every node is priced from listed
-maximal patterns, which is exact and fast: on 16 identical nodes with four pods per node the
-dive meets the bound, a proof, in a few tenths of a second) and then the LNS; the bound stops
-the search as soon as a solution meets it. On SHORT_MIN_NODES nodes or more whose place phase
-listed the patterns (kept in ``Listings`` for the solve), the bound and its dives run alone
-first and the search starts only if they leave the phase unproven.
+``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
+or more an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES nodes
+or more with less than MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what
+they leave lists quickly: ``_quick_bound``). Otherwise, on several cores, that search runs in a
+thread from the start (``_side_by_side``), beside the bound with its dive and packing (on 12 nodes
+or more only when every node is priced from listed maximal patterns, which is exact and fast: on 16
+identical nodes with four pods per node the dive meets the bound, a proof, in a few tenths of a
+second) and then the LNS; the bound stops the search as soon as a solution meets it. On
+SHORT_MIN_NODES nodes or more whose place phase listed the patterns (kept in ``Listings`` for the
+solve), the bound and its dives run alone first and the search starts only if they leave the phase
+unproven. Below frozen tiers the bound works on the frozen problem, as the place phase's does.
 
 Solutions that may carry arbitrary node labels (place-phase results, LNS and price-and-branch
 outputs, a disrupt phase's result) are relabelled on interchangeable nodes (``relabel``) to move
@@ -64,7 +65,7 @@ from typing import Any, TypeVar
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack import checker, lns
-from scheduler_ext.repack.bounds import pattern_solution, placement_bound
+from scheduler_ext.repack.bounds import STATES_PER_SECOND, pattern_solution, placement_bound
 from scheduler_ext.repack.classes import (
     EVICT_COST,
     Assignment,
@@ -74,12 +75,13 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
     freeze_above,
+    node_groups_by_key,
     pods_for,
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, PhaseModels
-from scheduler_ext.repack.patterns import Listings
+from scheduler_ext.repack.patterns import MAX_STATES, Listings, group_patterns
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -113,6 +115,8 @@ LNS_DISRUPT_SHARE = 0.3
 # 0.3 s, presolve alone took 0.2-0.3 s, and overran their limit); on 16 nodes both the pattern
 # LP and the searches often prove the phase within a second
 SHORT_MIN_NODES = 24
+# the share of a short disrupt phase a try at listing its frozen problem's patterns may take
+LIST_SHARE = 0.25
 LNS_MIN_NODES = 12
 HEURISTIC_SHARE = 0.25
 # a place phase gets this many times the time of its disrupt phase (placed pods come first)
@@ -336,8 +340,8 @@ class _Phases:
         return y if y is not x and _satisfies(self.problem, y, fixes, tier) else x
 
     def _frozen(self, tier: int, fixes: Sequence[Fix]) -> _Frozen | None:
-        """The freeze of a lower tier's place phase whose higher tiers may disrupt nothing (the
-        last disruption fix covers every class above ``tier``), if it applies."""
+        """The freeze of a lower tier's phase whose higher tiers may disrupt nothing (the last
+        disruption fix before the phase covers every class above ``tier``), if it applies."""
         settled = [f for f in fixes if f.kind == "disruption"]
         if not settled or settled[-1].value != 0 or settled[-1].op == ">=":
             return None
@@ -345,6 +349,27 @@ class _Phases:
             frozen = freeze_above(self.problem, tier)
             self._freeze = (tier, None if frozen is None else _Frozen(self.problem, tier, frozen))
         return self._freeze[1]
+
+    def _quick_bound(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
+        """Whether a disrupt phase's pattern LP is quick: the tiers above are frozen, so only
+        this tier's pods are in it, in what the frozen pods leave of each node, and those node
+        groups' patterns can be listed within LIST_SHARE of the phase (measured on 32 nodes
+        with two tiers and four pods per node: bound and dive in 0.1-0.4 s, where a sub-second
+        phase's LNS left one to eighteen moves more; with eight pods per node the listing
+        fails, and the LNS is better off with the time)."""
+        frozen = self._frozen(tier, fixes)
+        if frozen is None:
+            return False
+        space = frozen.problem
+        active = space.active(tier)
+        groups, others = node_groups_by_key(space, active)
+        until = self.clock() + LIST_SHARE * seconds
+        states = min(MAX_STATES, int(STATES_PER_SECOND * LIST_SHARE * seconds))
+        return not others and all(
+            group_patterns(space, active, cap, elig, states, until, self.clock, self.listings)
+            is not None
+            for cap, elig in groups
+        )
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -472,6 +497,7 @@ class _Phases:
             and incumbent is not None
             and len(problem.node_names) >= SHORT_MIN_NODES
             and seconds < MIN_BOUND_SECONDS
+            and not self._quick_bound(tier, fixes, seconds)
         )
         # otherwise a disrupt phase on several cores runs its search, bound and LNS side by side
         side_by_side = (
@@ -673,7 +699,9 @@ class _Phases:
         # its dives run alone first: a search beside them halved their speed (measured on 32
         # nodes with four pods per node on a loaded 2-core machine: in a 3 s phase the dives
         # left 59 moves beside the search, and 37-40 alone)
-        alone = len(problem.node_names) >= SHORT_MIN_NODES and self.listings.cover(problem, tier)
+        frozen = self._frozen(tier, fixes)
+        listed = self.listings.cover(problem if frozen is None else frozen.problem, tier)
+        alone = len(problem.node_names) >= SHORT_MIN_NODES and listed
 
         def bounded(clock: Clock | None) -> None:
             """The pattern-LP bound, its dive and packing: they may raise the bound and improve
@@ -853,8 +881,8 @@ class _Phases:
         dived: list[Assignment] = []
         # the dive moves pods freely: its packing cannot meet the disruption settled for a
         # higher tier (and dives are not cheap), so a place phase dives only in the first tier
-        # or when the higher tiers' pods are frozen (then the LP works without them)
-        frozen = self._frozen(tier, fixes) if maximise else None
+        # or when the higher tiers' pods are frozen; frozen, either LP works without them
+        frozen = self._frozen(tier, fixes)
         dive = frozen is not None or not any(f.kind == "disruption" for f in fixes)
         space, lifted = problem, 0
         if frozen is not None:
@@ -877,6 +905,7 @@ class _Phases:
             if frozen is not None:
                 dived = [frozen.up(x) for x in dived]
         else:
+            # frozen, the higher tiers' pods cause no disruption: the phase's is the same there
             bound = disruption_bound(
                 *args,
                 target=target,
@@ -886,6 +915,8 @@ class _Phases:
                 disruption_limits=limits,
                 listings=self.listings,
             )
+            if frozen is not None:
+                dived = [frozen.up(x) for x in dived]
         if maximise and bound is not None:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
@@ -903,8 +934,10 @@ class _Phases:
                 packed = frozen.up(packed)
         else:
             packed = disruption_solution(
-                problem, tier, floors, columns, seconds, self.options.workers, limits
+                space, tier, floors, columns, seconds, self.options.workers, limits
             )
+            if packed is not None and frozen is not None:
+                packed = frozen.up(packed)
         if packed is not None:
             packed = relabel(problem, packed, tier, self.groups)
         if packed is None or not _satisfies(problem, packed, fixes, tier):

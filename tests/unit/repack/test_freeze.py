@@ -17,6 +17,7 @@ from scheduler_ext.repack.classes import (
     freeze_above,
 )
 from scheduler_ext.repack.generator import Cell, instances
+from scheduler_ext.repack.model import Fix
 from scheduler_ext.repack.solver import SolveOptions, solve
 
 
@@ -96,4 +97,43 @@ def test_a_place_phase_below_a_frozen_tier_dives_and_is_proven(
     assert (low, True) in calls  # the lower tier's pattern LP was asked to dive
     upper = [p for p in plan.phases if p.tier > low and p.phase == "disrupt"]
     assert upper and all(p.value == 0 for p in upper)
+    assert plan.status == "OPTIMAL"
+
+
+def test_a_short_disrupt_phase_below_frozen_tiers_gets_its_bound_when_the_patterns_list() -> None:
+    # a sub-second disrupt phase on 32 nodes is normally left to the LNS; below frozen tiers
+    # its pattern LP covers only the lower tier's pods, so it runs when their patterns list
+    def quick(cell: Cell, value: int) -> bool:
+        problem = build_problem(instances(cell, 1)[0][1])
+        top, low = problem.tiers[0], problem.tiers[-1]
+        phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
+        return phases._quick_bound(low, [Fix("disruption", top, "==", value)], 0.9)
+
+    assert quick(Cell(32, 4, 90, 2), 0)
+    assert not quick(Cell(32, 4, 90, 2), 1)  # the upper tier may move a pod: nothing frozen
+    # eight pods per node: what the frozen pods leave still has too many patterns to list in
+    # a quarter of the phase (the clock here never moves: the state cap decides)
+    assert not quick(Cell(32, 8, 95, 2), 0)
+
+
+def test_the_disrupt_phase_below_frozen_tiers_bounds_the_frozen_problem(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the upper tier settles with no disruption; the lower tier's disruption bound is then
+    # computed without the upper tier's running pods, and proves the phase
+    seen: list[bool] = []
+    real = solver.disruption_bound
+
+    def recorded(problem: Any, tier: int, *args: Any, **kwargs: Any) -> Any:
+        seen.append(all(not cls.n_running for cls in problem.classes if cls.priority > tier))
+        return real(problem, tier, *args, **kwargs)
+
+    monkeypatch.setattr(solver, "disruption_bound", recorded)
+    snapshot = instances(Cell(32, 4, 90, 2), 1)[0][1]
+    # proven in about 0.3 s; the limit only guards a loaded machine
+    plan = solve(snapshot, SolveOptions(time_limit=30, workers=2))
+    assert seen and all(seen)
+    low = min(c.priority for c in build_problem(snapshot).classes)
+    disrupt = [p for p in plan.phases if p.tier == low and p.phase == "disrupt"]
+    assert disrupt and disrupt[0].status == "OPTIMAL" and disrupt[0].value == disrupt[0].bound
     assert plan.status == "OPTIMAL"
