@@ -272,10 +272,10 @@ class _SearchThread:
 
 
 class _Frozen:
-    """A place phase whose higher tiers may not disrupt anything: their running pods stay
-    where they are, so the pattern LP works on ``classes.freeze_above`` (their load taken off
-    the nodes) and may dive, which moving them freely would forbid. Maps counts, floors and
-    assignments between that problem and the solve's."""
+    """A lower tier's phase whose higher tiers may not disrupt anything: their running pods
+    stay where they are, so the pattern LPs work on ``classes.freeze_above`` (their load taken
+    off the nodes) and the place phase's may dive, which moving them freely would forbid. Maps
+    counts, floors and assignments between that problem and the solve's."""
 
     def __init__(self, problem: Problem, tier: int, frozen: Problem) -> None:
         self.original = problem
@@ -497,7 +497,8 @@ class _Phases:
             and incumbent is not None
             and len(problem.node_names) >= SHORT_MIN_NODES
             and seconds < MIN_BOUND_SECONDS
-            and not self._quick_bound(tier, fixes, seconds)
+            # (the quick bound runs beside the search, so only on several cores)
+            and not (_cores(self.options) > 1 and self._quick_bound(tier, fixes, seconds))
         )
         # otherwise a disrupt phase on several cores runs its search, bound and LNS side by side
         side_by_side = (
@@ -902,8 +903,6 @@ class _Phases:
             )
             if bound is not None:
                 bound += lifted
-            if frozen is not None:
-                dived = [frozen.up(x) for x in dived]
         else:
             # frozen, the higher tiers' pods cause no disruption: the phase's is the same there
             bound = disruption_bound(
@@ -915,8 +914,8 @@ class _Phases:
                 disruption_limits=limits,
                 listings=self.listings,
             )
-            if frozen is not None:
-                dived = [frozen.up(x) for x in dived]
+        if frozen is not None:
+            dived = [frozen.up(x) for x in dived]
         if maximise and bound is not None:
             self._bounded = (tier, bound)
         if bound is not None and bound == target:
@@ -930,14 +929,12 @@ class _Phases:
         seconds = PACK_SHARE * (deadline - (clock or self.clock)())
         if maximise:
             packed = pattern_solution(space, tier, floors, columns, seconds, self.options.workers)
-            if packed is not None and frozen is not None:
-                packed = frozen.up(packed)
         else:
             packed = disruption_solution(
                 space, tier, floors, columns, seconds, self.options.workers, limits
             )
-            if packed is not None and frozen is not None:
-                packed = frozen.up(packed)
+        if packed is not None and frozen is not None:
+            packed = frozen.up(packed)
         if packed is not None:
             packed = relabel(problem, packed, tier, self.groups)
         if packed is None or not _satisfies(problem, packed, fixes, tier):

@@ -298,6 +298,12 @@ def test_listed_only_gives_up_without_listings(monkeypatch: pytest.MonkeyPatch) 
 TIERED = [Cell(2, 4, 105, 2), Cell(3, 3, 105, 2), Cell(2, 5, 105, 2)]
 
 
+def _two_tier(cell: Cell, count: int) -> list[Problem]:
+    """The first ``count`` instances of ``cell`` that drew both priorities."""
+    problems = (build_problem(snapshot) for _, snapshot in instances(cell, 4 * count))
+    return [p for p in problems if len(p.tiers) == 2][:count]
+
+
 def _tiered_cases(
     problem: Problem,
 ) -> Iterator[tuple[list[tuple[int, int]], tuple[int, int], Assignment, int]]:
@@ -332,9 +338,7 @@ def test_a_higher_tiers_disruption_limit_is_a_row_of_the_lp(cell: Cell, seed: in
     # the lower tier's phase keeps to the disruption the higher tier settled: the bound is the
     # full pattern LP with that limit as a row (exact: every node is listed), never above the
     # brute-force minimum, and its dive and price-and-branch packings keep to the limit too
-    problem = build_problem(instances(cell, 3)[seed][1])
-    if len(problem.tiers) < 2:
-        pytest.skip("the instance drew a single priority")
+    problem = _two_tier(cell, 3)[seed]
     low = problem.tiers[-1]
     checked = 0
     for floors, limit, start, truth in _tiered_cases(problem):
@@ -372,10 +376,7 @@ def test_the_limit_raises_the_bound_where_the_higher_tier_may_not_move() -> None
     # the bound rises on some of these instances (so the row is not a no-op)
     raised = 0
     for cell in TIERED:
-        for _, snapshot in instances(cell, 3):
-            problem = build_problem(snapshot)
-            if len(problem.tiers) < 2:
-                continue
+        for problem in _two_tier(cell, 3):
             low = problem.tiers[-1]
             for floors, limit, start, _ in _tiered_cases(problem):
                 args = (problem, low, floors, [start], 10.0, time.monotonic)
