@@ -77,6 +77,15 @@ class Problem:
         """The classes a phase of ``tier`` works on: priority ``tier`` and above."""
         return [c for c, cls in enumerate(self.classes) if cls.priority >= tier]
 
+    @cached_property
+    def running_here(self) -> tuple[tuple[int, ...], ...]:
+        """Per node, the classes with pods running there (a few of many: per-node sums over
+        current pods read these instead of every class)."""
+        return tuple(
+            tuple(c for c, cls in enumerate(self.classes) if cls.current[n])
+            for n in range(len(self.node_names))
+        )
+
     def node_upper(self, c: int, n: int) -> int:
         """Upper bound of x[c][n] from capacity alone."""
         cls = self.classes[c]

@@ -156,10 +156,15 @@ def _node_best(
     return ceiling, _pattern(owner, counts), found_value
 
 
-def _leaving(problem: Problem, active: Sequence[int], n: int, pattern: dict[int, int]) -> int:
-    """The current pods of node n (classes ``active``) without a slot of their class in
+def _leaving(problem: Problem, least: int, n: int, pattern: dict[int, int]) -> int:
+    """The current pods of node n at priority >= ``least`` without a slot of their class in
     ``pattern``: those that leave it."""
-    return sum(max(0, problem.classes[c].current[n] - pattern.get(c, 0)) for c in active)
+    classes = problem.classes
+    return sum(
+        max(0, classes[c].current[n] - pattern.get(c, 0))
+        for c in problem.running_here[n]
+        if classes[c].priority >= least
+    )
 
 
 def _pattern(owner: Sequence[int], counts: Sequence[int]) -> dict[int, int]:
@@ -284,6 +289,7 @@ class _Master:
         disruption_limits: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.problem = problem
+        self.tier = tier
         self.active = active = problem.active(tier)
         self.nodes = nodes = range(len(problem.node_names))
         self.pool: ColumnPool[int] = ColumnPool(columns)
@@ -352,10 +358,10 @@ class _Master:
             return False
         self.node_rows[n].SetCoefficient(var, 1)
         self.objective.SetCoefficient(
-            var, MOVE_COST * _leaving(self.problem, self.active, n, pattern)
+            var, MOVE_COST * _leaving(self.problem, self.tier, n, pattern)
         )
-        for row, (_, _, counted) in zip(self.limit_rows, self.limits, strict=True):
-            leaving = _leaving(self.problem, counted, n, pattern)
+        for row, (q, _, _) in zip(self.limit_rows, self.limits, strict=True):
+            leaving = _leaving(self.problem, q, n, pattern)
             if leaving:
                 row.SetCoefficient(var, MOVE_COST * leaving)
         for c, k in pattern.items():
@@ -402,7 +408,11 @@ class _Master:
             # per node: what keeping every pod it runs would save (its pattern's cost is that
             # minus the worth of the pods the pattern lets stay)
             base = {
-                n: sum(by_class[c] * problem.classes[c].current[n] for c in active)
+                n: sum(
+                    by_class[c] * problem.classes[c].current[n]
+                    for c in problem.running_here[n]
+                    if c in by_class
+                )
                 for n in self.nodes
             }
             bound = sum(g * problem.classes[c].n_running for c, g in gamma.items())
@@ -662,14 +672,14 @@ def disruption_solution(
         counted = [c for c in active if problem.classes[c].priority >= q]
         m.add(
             sum(
-                MOVE_COST * _leaving(problem, counted, n, columns[n][i]) * var
+                MOVE_COST * _leaving(problem, q, n, columns[n][i]) * var
                 for (n, i), var in use.items()
             )
             + sum((EVICT_COST - MOVE_COST) * evicted[c] for c in counted if c in evicted)
             <= value
         )
     for (n, i), var in use.items():
-        removed = _leaving(problem, active, n, columns[n][i])
+        removed = _leaving(problem, tier, n, columns[n][i])
         if removed:
             cost.append(MOVE_COST * removed * var)
     m.minimize(sum(cost))
