@@ -171,8 +171,20 @@ class Listings(dict[tuple[tuple[int, ...], ...], GroupPatterns]):
     eligibility): a place phase and the disrupt phase after it list the same groups (measured
     on 32 nodes with four pods per node: 0.1-0.35 s a listing). ``group_patterns`` fills it."""
 
-    def cover(self, problem: Problem, tier: int) -> bool:
-        """Whether every node of a phase of ``tier`` is in a group listed already."""
+    def cover(
+        self,
+        problem: Problem,
+        tier: int,
+        max_states: int = 0,
+        until: float = float("inf"),
+        clock: Callable[[], float] = lambda: 0.0,
+    ) -> bool:
+        """Whether every node of a phase of ``tier`` is in a listed group, listing the groups
+        still missing within ``max_states`` and ``until`` (by default none: a listing with no
+        state to spare gives up at once)."""
         active = problem.active(tier)
         groups, others = node_groups_by_key(problem, active)
-        return not others and all(_key(problem, active, cap, elig) in self for cap, elig in groups)
+        return not others and all(
+            group_patterns(problem, active, cap, elig, max_states, until, clock, self) is not None
+            for cap, elig in groups
+        )

@@ -75,13 +75,12 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
     freeze_above,
-    node_groups_by_key,
     pods_for,
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
 from scheduler_ext.repack.heuristics import best_start, reduce_moves, repair
 from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModel, PhaseModels
-from scheduler_ext.repack.patterns import MAX_STATES, Listings, group_patterns
+from scheduler_ext.repack.patterns import MAX_STATES, Listings
 from scheduler_ext.repack.plan import (
     Eviction,
     Move,
@@ -292,20 +291,18 @@ class _Frozen:
 
     def down(self, x: Assignment) -> Assignment | None:
         """``x`` without the frozen pods, or None when it moved one of them."""
-        out = [list(row) for row in x]
-        for c in self.above:
-            for n, k in enumerate(self.original.classes[c].current):
-                out[c][n] -= k
-                if out[c][n] < 0:
-                    return None
-        return out
+        out = self._shifted(x, -1)
+        return None if any(k < 0 for c in self.above for k in out[c]) else out
 
     def up(self, x: Assignment) -> Assignment:
         """``x`` with the frozen pods back where they run."""
+        return self._shifted(x, 1)
+
+    def _shifted(self, x: Assignment, sign: int) -> Assignment:
         out = [list(row) for row in x]
         for c in self.above:
             for n, k in enumerate(self.original.classes[c].current):
-                out[c][n] += k
+                out[c][n] += sign * k
         return out
 
 
@@ -360,16 +357,9 @@ class _Phases:
         frozen = self._frozen(tier, fixes)
         if frozen is None:
             return False
-        space = frozen.problem
-        active = space.active(tier)
-        groups, others = node_groups_by_key(space, active)
-        until = self.clock() + LIST_SHARE * seconds
         states = min(MAX_STATES, int(STATES_PER_SECOND * LIST_SHARE * seconds))
-        return not others and all(
-            group_patterns(space, active, cap, elig, states, until, self.clock, self.listings)
-            is not None
-            for cap, elig in groups
-        )
+        until = self.clock() + LIST_SHARE * seconds
+        return self.listings.cover(frozen.problem, tier, states, until, self.clock)
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
