@@ -177,14 +177,11 @@ def best_start(
     new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
     kept = greedy_complete(problem, higher, new)
     candidates = [kept]
-    if feasible(problem, kept, active) and tier_value(problem, kept, tier) == (
-        sum(problem.classes[c].total for c in active),
-        0,
-    ):
-        # every pod placed, none moved: nothing is better, so the others are not tried (on a
-        # 32-node, 4-tier instance they took a tenth of a 1 s budget in the upper tiers)
-        return kept, True
     if feasible(problem, kept, active):
+        if tier_value(problem, kept, tier) == (sum(problem.classes[c].total for c in active), 0):
+            # every pod placed, none moved: nothing is better, so the others are not tried (on
+            # a 32-node, 4-tier instance they took a tenth of a 1 s budget in the upper tiers)
+            return kept, True
         candidates.append(make_room(problem, kept, active, tier, until, clock))
     for best_fit in (False, True):
         candidates.append(pack_from_scratch(problem, higher, active, tier, best_fit))
