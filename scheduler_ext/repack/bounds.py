@@ -6,7 +6,9 @@ Nodes with the same free capacity and the same eligible classes form a group. A 
 set of pod counts that fits one node of a group. The LP chooses how many nodes of each group use
 each pattern (fractionally) to maximise placed pods at priority >= p, subject to the placed counts
 settled for the higher tiers; disruption limits are dropped, which only loosens the bound. Columns
-are priced by a small bounded knapsack per group (exact branch and bound, or CP-SAT with objective
+are priced by a small bounded knapsack per group (``grid_knapsack`` where at most two resources
+bind: a column in milliseconds, with a grid bound; where that bound cannot tell whether a column
+prices out, or more resources bind, exact branch and bound, or CP-SAT with objective
 coefficients rounded up so that its bound over-estimates), and the Lagrangian bound
 sum_c max(0, [c counts] - pi_c) * pods_c + sum over groups of nodes x best pattern value under pi
 is valid for any pi >= 0, so it holds even when time runs out before the column generation
@@ -27,19 +29,24 @@ import random
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
+import numpy as np
 from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 
+from scheduler_ext.repack import grid_knapsack
 from scheduler_ext.repack.classes import Assignment, GroupKey, Problem, node_groups_by_key
 from scheduler_ext.repack.patterns import (
     MAX_STATES,
     TOP_COLUMNS,
     GroupPatterns,
     Listings,
+    binding,
     group_patterns,
 )
 
 PRICE_SCALE = 10_000
+# the mixes of two capacity rows the knapsack search bounds with, besides each row alone
+MIXES = (0.25, 0.5, 0.75)
 EXACT_EVERY = 6
 # LP dives a packing search tries at most (the first deterministic, the others randomised)
 DIVES = 20
@@ -104,33 +111,52 @@ def knapsack(
     call costs more than the search itself."""
     k = len(values)
     dims = range(len(cap))
-    size = [max(w[r] / max(1, cap[r]) for r in dims) for w in weights]
+    scale = [max(1, c) for c in cap]
+    size = [max(w[r] / scale[r] for r in dims) for w in weights]
     order = sorted(range(k), key=lambda i: -values[i] / max(1e-12, size[i]))
     v = [values[i] for i in order]
     w = [weights[i] for i in order]
     u = [limits[i] for i in order]
-    # per resource and suffix: the items in order of value per unit of that resource, for the
-    # fractional (Dantzig) bound of each single-resource relaxation
+    # surrogate directions: each resource alone and mixes of each pair (any non-negative mix
+    # of the capacity rows is a valid single row; where two resources bind alike, as cpu and
+    # memory do at full usage, the mixes bound far tighter: measured 10-100x fewer nodes on
+    # 8-32 nodes' pricing problems)
+    kept = binding(
+        np.asarray(weights, dtype=np.int64).reshape(k, len(cap)), np.asarray(scale), sum(limits)
+    )
+    directions = [[1.0 if r == s else 0.0 for r in dims] for s in kept]
+    for a in kept:
+        for b in kept:
+            if b <= a:
+                continue
+            for mix in MIXES:
+                directions.append([mix if r == a else 1 - mix if r == b else 0.0 for r in dims])
+    surrogate = [
+        [sum(d[r] * w[j][r] / scale[r] for r in dims if d[r]) for j in range(k)] for d in directions
+    ]
     total = [0.0] * (k + 1)
     for i in range(k - 1, -1, -1):
         total[i] = total[i + 1] + v[i] * u[i]
+    # per direction and suffix: the items in order of value per unit of that row, for the
+    # fractional (Dantzig) bound of each single-row relaxation
     by_ratio: list[list[list[int]]] = []
-    for r in dims:
-        per_unit = [v[j] / w[j][r] if w[j][r] > 0 else math.inf for j in range(k)]
+    for sw in surrogate:
+        per_unit = [v[j] / sw[j] if sw[j] > 0 else math.inf for j in range(k)]
         ranked = sorted(range(k), key=lambda j: -per_unit[j])
         by_ratio.append([[j for j in ranked if j >= i] for i in range(k + 1)])
 
     def bound(i: int, rem: Sequence[int]) -> float:
         b = total[i]
-        for r in dims:
-            room, got = rem[r], 0.0
-            for j in by_ratio[r][i]:
-                need = w[j][r] * u[j]
+        for d, sw, ranked in zip(directions, surrogate, by_ratio, strict=True):
+            room = sum(d[r] * rem[r] / scale[r] for r in dims if d[r])
+            got = 0.0
+            for j in ranked[i]:
+                need = sw[j] * u[j]
                 if need <= room:
                     room -= need
                     got += v[j] * u[j]
                 else:
-                    got += v[j] * room / w[j][r]
+                    got += v[j] * room / sw[j]
                     break
             b = min(b, got)
         return b
@@ -177,8 +203,13 @@ def _price(
     duals: dict[int, float],
     seconds: float,
     clock: Callable[[], float],
+    mu: float | None = None,
+    bound: bool = True,
 ) -> tuple[dict[int, int] | None, float]:
-    """Best pattern for the duals (or None) and an upper bound on its dual value."""
+    """A pattern of high (with more than two binding resources: the best) value for the duals,
+    or None, and an upper bound on every pattern's value. ``mu``: the group's dual; when the
+    pattern found is worth more, the caller adds it and needs no bound (then it may be
+    infinite), nor does it with ``bound`` false (an LP dive's rounds)."""
     until = clock() + seconds
     m = cp_model.CpModel()
     a = {}
@@ -194,6 +225,25 @@ def _price(
     if not a:
         return None, 0.0
     members_a = list(a)
+    # two binding resources at most (cpu and memory): the grid pricing, milliseconds a call
+    args = (
+        [duals[c] for c in members_a],
+        [problem.classes[c].requests for c in members_a],
+        [most[c] for c in members_a],
+        cap,
+    )
+    gridded = grid_knapsack.pattern(*args)
+    grid_upper = math.inf
+    if gridded is not None:
+        value, counts = gridded
+        found = {c: n for c, n in zip(members_a, counts, strict=True) if n}
+        if not bound or (mu is not None and value > mu + 1e-7):
+            return found, math.inf  # the bound (half the time) is not needed
+        grid_upper = max(value, grid_knapsack.upper_bound(*args) or math.inf)
+        if mu is None or grid_upper <= mu + 1e-7:
+            return found, grid_upper  # no pattern of the group prices out
+    # the grid cannot tell whether a pattern prices out (or does not apply): the exact search
+    # (the column generation's convergence, and so the LP bound, rests on it)
     quick = knapsack(
         [duals[c] for c in members_a],
         [problem.classes[c].requests for c in members_a],
@@ -204,7 +254,7 @@ def _price(
     )
     if quick is not None:
         value, counts, upper = quick
-        return {c: n for c, n in zip(members_a, counts, strict=True) if n}, upper
+        return {c: n for c, n in zip(members_a, counts, strict=True) if n}, min(upper, grid_upper)
     for r in range(len(problem.resources)):
         terms = [
             problem.classes[c].requests[r] * v
@@ -220,9 +270,9 @@ def _price(
     status = solver.solve(m)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # no answer in time: every count at its maximum over-estimates the pattern's value
-        return None, sum(duals[c] * most[c] for c in a)
+        return None, min(grid_upper, sum(duals[c] * most[c] for c in a))
     pattern = {c: int(solver.value(v)) for c, v in a.items() if solver.value(v)}
-    return pattern, solver.best_objective_bound / PRICE_SCALE
+    return pattern, min(grid_upper, solver.best_objective_bound / PRICE_SCALE)
 
 
 def _greedy_patterns(
@@ -384,7 +434,9 @@ def placement_bound(
                 left = deadline - clock()
                 if left <= 0:
                     return None
-                pattern, upper = _price(problem, elig[key], key[0], duals, min(left, 0.5), clock)
+                pattern, upper = _price(
+                    problem, elig[key], key[0], duals, min(left, 0.5), clock, mus[key], root
+                )
                 farley += len(members) * max(0.0, upper)
                 optimal &= upper <= mus[key] + 1e-7
                 if (

@@ -258,6 +258,81 @@ def test_dive_and_price_and_branch_return_feasible_assignments_above_the_bound(
         assert bound <= truth <= cost
 
 
+def _rotated(x: Assignment) -> Assignment:
+    """The assignment with every node's pods on the next node: on identical nodes as feasible
+    and placing as many, but moving nearly every pod (an incumbent with room to improve)."""
+    return [row[-1:] + row[:-1] for row in x]
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+@pytest.mark.parametrize("seed", range(3))
+def test_with_an_incumbent_the_choice_among_few_columns_proves_the_minimum(
+    cell: Cell, seed: int
+) -> None:
+    # every node listed and an incumbent to beat: the columns that could be part of a better
+    # assignment are few, and choosing exactly among them (after the dives, or at once) finds
+    # the least disruption and proves it, also when the incumbent is that already
+    problem = build_problem(instances(cell, 3)[seed][1])
+    tier = problem.tiers[-1]
+    minimum = _brute_force(problem)
+    checked = 0
+    for floor, start in _floors(problem):
+        start = _rotated(start)
+        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        target = sum(disruption(cls, row) for cls, row in zip(problem.classes, start, strict=True))
+        dived: list[Assignment] = []
+        bound = disruption_bound(
+            problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, target, packings=dived
+        )
+        assert bound == truth, (floor, bound, truth, target)
+        if truth < target:
+            x = dived[0]
+            assert feasible(problem, x) and sum(sum(row) for row in x) >= floor
+            cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+            assert cost == truth
+        checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+def test_the_choice_among_few_columns_finds_the_minimum_without_a_dive(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the dives replaced by a stand-in that finds nothing: the least disruptive assignment can
+    # only come from the exact choice among the columns that could beat the incumbent
+    def no_dive(*args: object) -> tuple[None, int]:
+        return None, int(args[7])  # (no assignment, the bound passed in)
+
+    monkeypatch.setattr(dbound, "_dives", no_dive)
+    improved = 0
+    for _, snapshot in instances(cell, 3):
+        improved += _improved_without_a_dive(build_problem(snapshot))
+    assert improved >= 1  # some incumbent left room to improve
+
+
+def _improved_without_a_dive(problem: Problem) -> int:
+    """How many rotated incumbents of ``problem`` the bound improved to the brute-force
+    minimum (asserting that it did so for each one that is not the minimum already)."""
+    tier = problem.tiers[-1]
+    minimum = _brute_force(problem)
+    improved = 0
+    for floor, start in _floors(problem):
+        start = _rotated(start)
+        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        target = sum(disruption(cls, row) for cls, row in zip(problem.classes, start, strict=True))
+        if truth == target:
+            continue
+        found: list[Assignment] = []
+        disruption_bound(
+            problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, target, packings=found
+        )
+        assert len(found) == 1
+        cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, found[0], strict=True))
+        assert feasible(problem, found[0]) and cost == truth
+        improved += 1
+    return improved
+
+
 def test_fill_keeps_current_pods_where_their_class_has_a_slot() -> None:
     problem = build_problem(instances(Cell(2, 4, 105, 1), 3)[0][1])
     tier = problem.tiers[-1]
