@@ -40,14 +40,14 @@ Solutions: ``disruption_solution`` picks one generated column per node by CP-SAT
 (price-and-branch); the bound's LP dives (``packings``) fix, node by node, the column the LP
 uses most, price again (undoing the latest fixes when the placed floors stop fitting), and turn
 the integral pattern choice into an assignment (``fill``); dives after the first break ties at
-random. With an incumbent to beat and every node listed, an exact choice among few columns
-comes first and after every dive that improves (``_reduced_cost_pick``): an assignment costs at
-least the LP value plus the reduced costs of its columns, so one cheaper than the incumbent uses
-only listed patterns whose reduced cost is below the gap, and when they are few CP-SAT chooses
-among them at once, finding the least disruption or proving there is none below the incumbent
-(measured on 32 nodes with frozen upper tiers: after a dive 1-2 moves off the bound, 1-10
-columns a node, proven in 0.05-0.15 s where further dives had not closed the gap within the
-phase). Measured: on 16 identical nodes with four pods per node (5 000-6 000 maximal patterns)
+random. With an incumbent to beat and every node listed, a choice among the cheapest columns
+by reduced cost comes first and after every dive that improves (``_reduced_cost_pick``): an
+assignment costs at least the LP value plus the reduced costs of its columns, so one cheaper
+than the incumbent uses only listed patterns whose reduced cost is below the gap. When they are
+few, CP-SAT choosing among them finds the least disruption or proves there is none below the
+incumbent; else the cheapest few a node make a quick heuristic (measured on 32 nodes with
+frozen upper tiers: the LP's bound met in 0.03-0.16 s, where the first dive took 0.3 s or
+more). Measured: on 16 identical nodes with four pods per node (5 000-6 000 maximal patterns)
 the bound converges in under 0.1 s and the first dive meets it; on 32 such nodes (75 000-100 000
 patterns) the listing takes 0.1-0.35 s (once per solve: the place phase's is reused), the
 convergence from each node's KEEPERS columns 0.15-0.4 s and a dive 0.2-0.5 s on a 2-core
@@ -106,9 +106,13 @@ BATCH = 6
 # Lagrangian bound stays valid
 ROUNDING = 1e-5
 
-# the most columns per node a reduced-cost choice takes (past it the choice proves nothing),
-# and the margin its reduced costs get (the listed values are single precision: ROUNDING)
-PICK_COLUMNS = 64
+# the most columns per node a reduced-cost choice takes, the cheapest (past it the choice is a
+# heuristic, proving nothing, with at most PICK_SHARE of the time left; measured on 32 nodes:
+# 8 met the LP's bound on three frozen instances in 0.03-0.16 s, 16 took up to 0.43 s and
+# missed one, 4 left no choice at all on one of two unfrozen ones), and the margin its reduced
+# costs get (the listed values are single precision: ROUNDING)
+PICK_COLUMNS = 8
+PICK_SHARE = 0.5
 SLACK_MARGIN = 1e-3
 
 # columns per listed node added before the first round: the patterns keeping the most of its
@@ -677,19 +681,29 @@ def disruption_bound(
             clock,
         )
 
-    found = None
+    found, worse = None, target
     if exact and target is not None:
-        # the incumbent may be near the bound already: then the columns that can take part in
-        # a better assignment are few, and choosing among them is quicker than a dive
+        # first a choice among the cheapest columns by reduced cost: exact when those that can
+        # take part in a better assignment are few, else a quick heuristic (measured on 32
+        # nodes with frozen upper tiers, 8 columns a node: the LP's bound met in 0.03-0.16 s,
+        # where the first dive took 0.3 s or more)
         found, proven = pick(value, target)
         bound = max(bound, proven)
-    if found is None and bound < (target if target is not None else math.inf):
-        found, bound = _dives(
-            problem, tier, master, listed, deadline, clock, target, bound, pick if exact else None
+        if found is not None:
+            worse = _cost(problem, tier, found)
+    if worse is None or bound < worse:
+        dived, bound = _dives(
+            problem, tier, master, listed, deadline, clock, worse, bound, pick if exact else None
         )
+        found = dived or found
     if found is not None:
         packings.append(found)
     return bound
+
+
+def _cost(problem: Problem, tier: int, x: Assignment) -> int:
+    """The disruption of ``x`` at priority >= ``tier``."""
+    return sum(disruption(problem.classes[c], x[c]) for c in problem.active(tier))
 
 
 def _reduced_cost_pick(
@@ -704,35 +718,34 @@ def _reduced_cost_pick(
     deadline: float,
     clock: Clock,
 ) -> tuple[Assignment | None, int]:
-    """An assignment better than ``target`` (the incumbent's disruption) chosen exactly among
-    the columns that can be part of one, and the bound that proves: (assignment or None, bound;
-    0 when nothing is proven).
+    """An assignment better than ``target`` (the incumbent's disruption) chosen by CP-SAT
+    among the columns that can be part of one, and what that proves: (assignment or None,
+    bound; 0 when nothing is proven).
 
     Any assignment costs at least the LP value plus the reduced cost of each of its columns
     (at the converged LP's duals), so one costing target - 1 or less uses only columns whose
     reduced cost is at most target - 1 - LP value. Every maximal pattern of every node is
     listed, and a node's pods sit no worse in a maximal pattern containing its own, so when
-    all those columns are in the choice, its optimum is the phase's: below ``target`` it is
-    proven, and no choice (or none below ``target``) proves ``target``."""
+    all those columns are in the choice (at most PICK_COLUMNS a node), its optimum is the
+    phase's: below ``target`` it is proven, and no choice (or none below ``target``) proves
+    ``target``. With more, the PICK_COLUMNS cheapest a node make a quick heuristic."""
     slack = target - 1 - value
     if slack < -SLACK_MARGIN:
         return None, target  # the LP value alone rules out anything better
     columns, complete = master.candidates(listed, slack, PICK_COLUMNS)
-    if not complete:
-        # too many: measured on 32 nodes, CP-SAT found no choice at all among 64 columns a
-        # node within 2 s (the dives find one)
-        return None, 0
     left = deadline - clock()
+    if not complete:
+        left *= PICK_SHARE  # a heuristic then: the dives keep the rest
     if left < 0.005:
         return None, 0
     status, chosen, cost = _choose(
         problem, tier, placed_floors, columns, left, 1, disruption_limits, exact_lp=True
     )
     if status == cp_model.INFEASIBLE:
-        return None, target
+        return None, target if complete else 0
     if chosen is None:
         return None, 0
-    proven = status == cp_model.OPTIMAL
+    proven = status == cp_model.OPTIMAL and complete
     if cost >= target:
         return None, target if proven else 0
     return fill(problem, tier, chosen), cost if proven else 0
@@ -752,8 +765,8 @@ def _dives(
     """The least disruptive assignment of up to DIVES dives from the converged LP (the first
     deterministic, the others with random tie-breaks; each must beat the best so far), until
     one meets ``bound`` or ``deadline``, and the bound. After a dive that improves, ``pick``
-    (LP value, disruption to beat) may choose exactly among the few columns that could beat
-    it: an assignment better still, or a proof that none is."""
+    (LP value, disruption to beat) chooses among the columns that could beat it: an
+    assignment better still, or, when they are few, a proof that none is."""
     rng = random.Random(0)
     best: Assignment | None = None
     worse = target
@@ -762,7 +775,7 @@ def _dives(
         improved = False
         if chosen is not None:
             x = fill(problem, tier, chosen)
-            cost = sum(disruption(problem.classes[c], x[c]) for c in problem.active(tier))
+            cost = _cost(problem, tier, x)
             if worse is None or cost < worse:
                 best, worse, improved = x, cost, True
         if (worse is not None and worse <= bound) or clock() >= deadline:
@@ -775,8 +788,7 @@ def _dives(
             picked, proven = pick(value, worse)
             bound = max(bound, proven)
             if picked is not None:
-                best = picked
-                worse = sum(disruption(problem.classes[c], picked[c]) for c in problem.active(tier))
+                best, worse = picked, _cost(problem, tier, picked)
             if worse <= bound:
                 break
     return best, bound
