@@ -239,7 +239,8 @@ def _price(
         found = {c: n for c, n in zip(members_a, counts, strict=True) if n}
         if not bound or (mu is not None and value > mu + 1e-7):
             return found, math.inf  # the bound (half the time) is not needed
-        grid_upper = max(value, grid_knapsack.upper_bound(*args) or math.inf)
+        relaxed = grid_knapsack.upper_bound(*args)
+        grid_upper = max(value, math.inf if relaxed is None else relaxed)
         if mu is None or grid_upper <= mu + 1e-7:
             return found, grid_upper  # no pattern of the group prices out
     # the grid cannot tell whether a pattern prices out (or does not apply): the exact search

@@ -110,7 +110,7 @@ ROUNDING = 1e-5
 # heuristic, proving nothing, with at most PICK_SHARE of the time left; measured on 32 nodes:
 # 8 met the LP's bound on three frozen instances in 0.03-0.16 s, 16 took up to 0.43 s and
 # missed one, 4 left no choice at all on one of two unfrozen ones), and the margin its reduced
-# costs get (the listed values are single precision: ROUNDING)
+# costs get besides ROUNDING (the LP value it starts from is GLOP's, within its tolerance)
 PICK_COLUMNS = 8
 PICK_SHARE = 0.5
 SLACK_MARGIN = 1e-3
@@ -456,9 +456,12 @@ class _Master:
         for group in listed:
             shared = group.values(duals.pi)
             for n in group.members:
-                # reduced cost = the pattern's cost - its dual value - the node's dual
-                reduced = duals.base[n] - group.node_values(n, shared, duals.worth) - duals.mu[n]
-                keep = np.flatnonzero(reduced <= slack + SLACK_MARGIN)
+                # reduced cost = the pattern's cost - its dual value - the node's dual; the
+                # single-precision values may be off by ROUNDING: a column too many is harmless
+                values = group.node_values(n, shared, duals.worth)
+                reduced = duals.base[n] - values - duals.mu[n]
+                margin = SLACK_MARGIN + ROUNDING * (1 + np.abs(values))
+                keep = np.flatnonzero(reduced <= slack + margin)
                 if len(keep) > most:
                     keep = keep[np.argpartition(reduced[keep], most - 1)[:most]]
                     complete = False
@@ -695,7 +698,7 @@ def disruption_bound(
         dived, bound = _dives(
             problem, tier, master, listed, deadline, clock, worse, bound, pick if exact else None
         )
-        found = dived or found
+        found = dived if dived is not None else found
     if found is not None:
         packings.append(found)
     return bound
