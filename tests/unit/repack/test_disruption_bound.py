@@ -258,10 +258,19 @@ def test_dive_and_price_and_branch_return_feasible_assignments_above_the_bound(
         assert bound <= truth <= cost
 
 
-def _rotated(x: Assignment) -> Assignment:
-    """The assignment with every node's pods on the next node: on identical nodes as feasible
-    and placing as many, but moving nearly every pod (an incumbent with room to improve)."""
-    return [row[-1:] + row[:-1] for row in x]
+def _cost(problem: Problem, x: Assignment) -> int:
+    return sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+
+
+def _rotated_cases(problem: Problem) -> Iterator[tuple[int, Assignment, int, int]]:
+    """(floor, incumbent, least disruption, the incumbent's) for each placed floor, the
+    incumbent being a start with every node's pods on the next node: on identical nodes as
+    feasible and placing as many, but moving nearly every pod (room to improve)."""
+    minimum = _brute_force(problem)
+    for floor, start in _floors(problem):
+        rotated = [row[-1:] + row[:-1] for row in start]
+        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        yield floor, rotated, truth, _cost(problem, rotated)
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
@@ -273,23 +282,14 @@ def test_with_an_incumbent_the_choice_among_few_columns_proves_the_minimum(
     # assignment are few, and choosing exactly among them (after the dives, or at once) finds
     # the least disruption and proves it, also when the incumbent is that already
     problem = build_problem(instances(cell, 3)[seed][1])
-    tier = problem.tiers[-1]
-    minimum = _brute_force(problem)
     checked = 0
-    for floor, start in _floors(problem):
-        start = _rotated(start)
-        truth = min(v for placed, v in minimum.items() if placed >= floor)
-        target = sum(disruption(cls, row) for cls, row in zip(problem.classes, start, strict=True))
-        dived: list[Assignment] = []
-        bound = disruption_bound(
-            problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, target, packings=dived
-        )
+    for floor, start, truth, target in _rotated_cases(problem):
+        bound, dived = _with_incumbent(problem, floor, start, target)
         assert bound == truth, (floor, bound, truth, target)
         if truth < target:
             x = dived[0]
             assert feasible(problem, x) and sum(sum(row) for row in x) >= floor
-            cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
-            assert cost == truth
+            assert _cost(problem, x) == truth
         checked += 1
     assert checked >= 1
 
@@ -303,32 +303,25 @@ def test_a_choice_cut_short_to_one_column_a_node_proves_nothing_false(
     monkeypatch.setattr(dbound, "PICK_COLUMNS", 1)
     for _, snapshot in instances(cell, 3):
         problem = build_problem(snapshot)
-        tier = problem.tiers[-1]
-        minimum = _brute_force(problem)
-        for floor, start in _floors(problem):
-            start = _rotated(start)
-            truth = min(v for placed, v in minimum.items() if placed >= floor)
-            target = sum(
-                disruption(cls, row) for cls, row in zip(problem.classes, start, strict=True)
-            )
-            found: list[Assignment] = []
-            bound = disruption_bound(
-                problem,
-                tier,
-                [(tier, floor)],
-                [start],
-                10.0,
-                time.monotonic,
-                target,
-                packings=found,
-            )
-            assert 0 <= bound <= truth
-            for x in found:
+        for floor, start, truth, target in _rotated_cases(problem):
+            found = _with_incumbent(problem, floor, start, target)
+            assert 0 <= found[0] <= truth
+            for x in found[1]:
                 assert feasible(problem, x) and sum(sum(row) for row in x) >= floor
-                cost = sum(
-                    disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True)
-                )
-                assert truth <= cost < target
+                assert truth <= _cost(problem, x) < target
+
+
+def _with_incumbent(
+    problem: Problem, floor: int, start: Assignment, target: int
+) -> tuple[int, list[Assignment]]:
+    """The bound of the last tier's disrupt phase at ``floor`` with ``start`` as the incumbent
+    to beat, and the assignments it found."""
+    tier = problem.tiers[-1]
+    found: list[Assignment] = []
+    bound = disruption_bound(
+        problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, target, packings=found
+    )
+    return bound, found
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
@@ -343,31 +336,15 @@ def test_the_choice_among_few_columns_finds_the_minimum_without_a_dive(
     monkeypatch.setattr(dbound, "_dives", no_dive)
     improved = 0
     for _, snapshot in instances(cell, 3):
-        improved += _improved_without_a_dive(build_problem(snapshot))
+        problem = build_problem(snapshot)
+        for floor, start, truth, target in _rotated_cases(problem):
+            if truth == target:
+                continue
+            _, found = _with_incumbent(problem, floor, start, target)
+            assert len(found) == 1
+            assert feasible(problem, found[0]) and _cost(problem, found[0]) == truth
+            improved += 1
     assert improved >= 1  # some incumbent left room to improve
-
-
-def _improved_without_a_dive(problem: Problem) -> int:
-    """How many rotated incumbents of ``problem`` the bound improved to the brute-force
-    minimum (asserting that it did so for each one that is not the minimum already)."""
-    tier = problem.tiers[-1]
-    minimum = _brute_force(problem)
-    improved = 0
-    for floor, start in _floors(problem):
-        start = _rotated(start)
-        truth = min(v for placed, v in minimum.items() if placed >= floor)
-        target = sum(disruption(cls, row) for cls, row in zip(problem.classes, start, strict=True))
-        if truth == target:
-            continue
-        found: list[Assignment] = []
-        disruption_bound(
-            problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, target, packings=found
-        )
-        assert len(found) == 1
-        cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, found[0], strict=True))
-        assert feasible(problem, found[0]) and cost == truth
-        improved += 1
-    return improved
 
 
 def test_fill_keeps_current_pods_where_their_class_has_a_slot() -> None:
