@@ -211,32 +211,29 @@ def _price(
     pattern found is worth more, the caller adds it and needs no bound (then it may be
     infinite), nor does it with ``bound`` false (an LP dive's rounds)."""
     until = clock() + seconds
-    m = cp_model.CpModel()
-    a = {}
-    most: dict[int, int] = {}
+    most: dict[int, int] = {}  # the classes worth a slot, and the most pods of each that fit
     for c in members:
         req = problem.classes[c].requests
         ub = min(
             [problem.classes[c].total] + [max(0, cap[r]) // q for r, q in enumerate(req) if q > 0]
         )
         if ub > 0 and duals.get(c, 0.0) > 1e-12:
-            a[c] = m.new_int_var(0, ub, f"a{c}")
             most[c] = ub
-    if not a:
+    if not most:
         return None, 0.0
-    members_a = list(a)
-    # two binding resources at most (cpu and memory): the grid pricing, milliseconds a call
+    useful = list(most)
     args = (
-        [duals[c] for c in members_a],
-        [problem.classes[c].requests for c in members_a],
-        [most[c] for c in members_a],
+        [duals[c] for c in useful],
+        [problem.classes[c].requests for c in useful],
+        [most[c] for c in useful],
         cap,
     )
+    # two binding resources at most (cpu and memory): the grid pricing, milliseconds a call
     gridded = grid_knapsack.pattern(*args)
     grid_upper = math.inf
     if gridded is not None:
         value, counts = gridded
-        found = {c: n for c, n in zip(members_a, counts, strict=True) if n}
+        found = {c: n for c, n in zip(useful, counts, strict=True) if n}
         if not bound or (mu is not None and value > mu + 1e-7):
             return found, math.inf  # the bound (half the time) is not needed
         relaxed = grid_knapsack.upper_bound(*args)
@@ -245,17 +242,13 @@ def _price(
             return found, grid_upper  # no pattern of the group prices out
     # the grid cannot tell whether a pattern prices out (or does not apply): the exact search
     # (the column generation's convergence, and so the LP bound, rests on it)
-    quick = knapsack(
-        [duals[c] for c in members_a],
-        [problem.classes[c].requests for c in members_a],
-        [most[c] for c in members_a],
-        cap,
-        until=until,
-        clock=clock,
-    )
+    quick = knapsack(*args, until=until, clock=clock)
     if quick is not None:
         value, counts, upper = quick
-        return {c: n for c, n in zip(members_a, counts, strict=True) if n}, min(upper, grid_upper)
+        return {c: n for c, n in zip(useful, counts, strict=True) if n}, min(upper, grid_upper)
+    # the search hit its limit: CP-SAT, its model built only now (most calls never get here)
+    m = cp_model.CpModel()
+    a = {c: m.new_int_var(0, ub, f"a{c}") for c, ub in most.items()}
     for r in range(len(problem.resources)):
         terms = [
             problem.classes[c].requests[r] * v

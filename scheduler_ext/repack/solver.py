@@ -352,6 +352,14 @@ class _Phases:
             self._freeze = (tier, None if frozen is None else _Frozen(self.problem, tier, frozen))
         return self._freeze[1]
 
+    def _may_dive(self, tier: int, fixes: Sequence[Fix]) -> bool:
+        """Whether a place phase's pattern LP may dive: the dive moves pods freely, so its
+        packing cannot meet the disruption settled for a higher tier (and dives are not cheap);
+        only the first tier dives, or a lower one whose higher tiers' pods are frozen."""
+        return self._frozen(tier, fixes) is not None or not any(
+            f.kind == "disruption" for f in fixes
+        )
+
     def _quick_bound(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
         """Whether a disrupt phase's pattern LP is quick: the tiers above are frozen, so only
         this tier's pods are in it, in what the frozen pods leave of each node, and those node
@@ -770,9 +778,7 @@ class _Phases:
         # LP only bounds, and the search proves sooner (measured: 0.2 s, where the LP with the
         # settled tiers' floors had not converged after 0.6 s)
         short = len(problem.node_names) >= SHORT_MIN_NODES and seconds < MIN_BOUND_SECONDS
-        dive = self._frozen(tier, fixes) is not None or not any(
-            f.kind == "disruption" for f in fixes
-        )
+        dive = self._may_dive(tier, fixes)
         starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
         left = deadline - self.clock()
         share = (1.0 if short else PATTERN_SHARE) if dive else BOUND_SHARE
@@ -875,11 +881,9 @@ class _Phases:
         limits = [(f.tier, f.value) for f in fixes if f.kind == "disruption" and f.op != ">="]
         columns: dict[Any, list[dict[int, int]]] = {}
         dived: list[Assignment] = []
-        # the dive moves pods freely: its packing cannot meet the disruption settled for a
-        # higher tier (and dives are not cheap), so a place phase dives only in the first tier
-        # or when the higher tiers' pods are frozen; frozen, either LP works without them
+        # frozen, either LP works without the higher tiers' pods
         frozen = self._frozen(tier, fixes)
-        dive = frozen is not None or not any(f.kind == "disruption" for f in fixes)
+        dive = self._may_dive(tier, fixes)
         space, lifted = problem, 0
         if frozen is not None:
             space, lifted = frozen.problem, frozen.held(tier)
