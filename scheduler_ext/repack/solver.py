@@ -64,7 +64,7 @@ from typing import Any, TypeVar
 
 from ortools.sat.python import cp_model
 
-from scheduler_ext.repack import checker, lns
+from scheduler_ext.repack import checker, lns, swap_search
 from scheduler_ext.repack.bounds import STATES_PER_SECOND, pattern_solution, placement_bound
 from scheduler_ext.repack.classes import (
     EVICT_COST,
@@ -108,6 +108,8 @@ PATTERN_SHARE = 0.8
 # a place phase not proven by its quick search spends this share of what is left on LNS
 LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
+# a place phase of the class formulation first gives the swap search up to this share of its time
+SWAP_SHARE = 0.25
 # on this many nodes a phase with less than MIN_BOUND_SECONDS changes course: a place phase runs
 # LNS then one search without the pattern LP (on 32 nodes it kept the trivial bound), a disrupt
 # phase is all LNS, no CP-SAT search (on 32 nodes such searches returned no solution within
@@ -374,6 +376,18 @@ class _Phases:
         until = self.clock() + LIST_SHARE * seconds
         return self.listings.cover(frozen.problem, tier, states, until, self.clock)
 
+    def _listed(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
+        """Whether a place phase's pattern LP has its patterns listed, or lists them within
+        LIST_SHARE of the phase and the LP's budget of states (the listing is kept for it;
+        a listing with too many states fails within a tenth of a second)."""
+        frozen = self._frozen(tier, fixes)
+        # as many states as the LP's own listing would get
+        states = min(MAX_STATES, int(STATES_PER_SECOND * PATTERN_SHARE * seconds))
+        until = self.clock() + LIST_SHARE * seconds
+        return self.listings.cover(
+            self.problem if frozen is None else frozen.problem, tier, states, until, self.clock
+        )
+
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
         total = sum(self.weights[self.index :]) or 1
@@ -561,6 +575,14 @@ class _Phases:
             # the search alone is quicker)
             share = 1.0 if short_disrupt else LNS_DISRUPT_SHARE
             best = hint = self._improve(tier, best, fixes, share, deadline, bound)
+            if value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return best, bound, True
+        if use_patterns and best is not None and not self._listed(tier, fixes, seconds):
+            # the swap search first where the pattern LP is slow to start (its patterns do not
+            # list quickly: eight pods per node, or many small classes): on such tight packings
+            # it finds the last pods in a few hundred single moves
+            best = hint = self._improve(tier, best, fixes, SWAP_SHARE, deadline, bound, swaps=True)
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
@@ -835,21 +857,30 @@ class _Phases:
         deadline: float,
         target: int,
         clock: Clock | None = None,
+        swaps: bool = False,
     ) -> Assignment:
-        """``x`` improved by LNS for ``share`` of the phase's remaining time (placing in a place
-        phase, undoing moves in a disrupt phase), if the result still meets the fixes."""
+        """``x`` improved for ``share`` of the phase's remaining time, if the result still
+        meets the fixes: in a place phase by the swap search, then (unless ``swaps``) LNS for
+        what is left; in a disrupt phase by LNS undoing moves."""
         keep_placed = bool(fixes) and fixes[-1].kind == "placed" and fixes[-1].tier == tier
         until = self.clock() + share * (deadline - self.clock())
-        found = lns.improve(
-            self.problem,
-            x,
-            tier,
-            until,
-            clock or self.clock,
-            self.options.seed,
-            target,
-            keep_placed,
-        )
+        found = x
+        if not keep_placed:
+            # placing: the swap search first (it stops when it stalls), LNS for the rest
+            found = swap_search.search(
+                self.problem, x, tier, until, clock or self.clock, self.options.seed, target
+            )
+        if not swaps:
+            found = lns.improve(
+                self.problem,
+                found,
+                tier,
+                until,
+                clock or self.clock,
+                self.options.seed,
+                target,
+                keep_placed,
+            )
         found = relabel(self.problem, found, tier, self.groups)
         if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
             self.problem, x, tier
