@@ -75,6 +75,7 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
     freeze_above,
+    greedy_complete,
     pods_for,
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
@@ -110,6 +111,13 @@ LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
 # a place phase of the class formulation first gives the swap search up to this share of its time
 SWAP_SHARE = 0.25
+# a disrupt phase whose place phase did not list patterns rebuilds packings with the swap search
+# for this share of its time, disruption weighing these in turn (the first of them measured on
+# eight pods per node, 8-16 nodes: 9-15 moves where the place phase's packing needed 16-27), and
+# each search ending this many steps after its last gain
+REBUILD_SHARE = 0.5
+REBUILD_MUS = (0.1, 0.2, 0.05)
+REBUILD_STALL = 400
 # on this many nodes a phase with less than MIN_BOUND_SECONDS changes course: a place phase runs
 # LNS then one search without the pattern LP (on 32 nodes it kept the trivial bound), a disrupt
 # phase is all LNS, no CP-SAT search (on 32 nodes such searches returned no solution within
@@ -336,6 +344,8 @@ class _Phases:
         # the pattern listings made so far: a disrupt phase reuses its place phase's
         self.listings = Listings()
         self._freeze: tuple[int, _Frozen | None] | None = None
+        # per tier, whether its place phase found that its patterns do not list quickly
+        self._unlisted: dict[int, bool] = {}
 
     def relabelled(self, x: Assignment, fixes: Sequence[Fix], tier: int) -> Assignment:
         """``x`` with interchangeable nodes relabelled to move fewer pods, if that still meets
@@ -380,13 +390,17 @@ class _Phases:
         """Whether a place phase's pattern LP has its patterns listed, or lists them within
         LIST_SHARE of the phase and the LP's budget of states (the listing is kept for it;
         a listing with too many states fails within a tenth of a second)."""
+        if tier in self._unlisted:
+            return not self._unlisted[tier]
         frozen = self._frozen(tier, fixes)
         # as many states as the LP's own listing would get
         states = min(MAX_STATES, int(STATES_PER_SECOND * PATTERN_SHARE * seconds))
         until = self.clock() + LIST_SHARE * seconds
-        return self.listings.cover(
+        listed = self.listings.cover(
             self.problem if frozen is None else frozen.problem, tier, states, until, self.clock
         )
+        self._unlisted[tier] = not listed
+        return listed
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -506,6 +520,20 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
+        if (
+            use_bounds
+            and not maximise
+            and best is not None
+            and self._unlisted.get(tier)
+            and (len(problem.node_names) < SHORT_MIN_NODES or seconds >= MIN_BOUND_SECONDS)
+        ):
+            # a tight packing whose patterns do not list: the swap search rebuilt from where the
+            # pods run finds packings with fewer moves than LNS makes of the place phase's (on
+            # 32 nodes a rebuild takes 0.5-1 s: a shorter phase keeps its time for the LNS)
+            best = hint = self._rebuild(tier, best, fixes, REBUILD_SHARE, deadline)
+            if value(best) == bound:
+                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
+                return best, bound, True
         # a large disrupt phase with under a second: CP-SAT returns nothing there (presolve
         # alone takes most of the time), so LNS gets all of it
         short_disrupt = (
@@ -887,6 +915,49 @@ class _Phases:
         ):
             return found
         return x
+
+    def _rebuild(
+        self, tier: int, x: Assignment, fixes: Sequence[Fix], share: float, deadline: float
+    ) -> Assignment:
+        """A disrupt phase's packings rebuilt by the swap search for ``share`` of its remaining
+        time: each from the pods where they run (the higher tiers as in ``x``, the tier's own
+        kept where they still fit, the rest first-fit), up to the placed count the place phase
+        fixed, with disruption weighing REBUILD_MUS (in turn, a seed each) and growing with the
+        overload weights so that it keeps its weight. The least disruptive one that meets the
+        fixes, or ``x``."""
+        problem = self.problem
+        placed = [f for f in fixes if f.kind == "placed" and f.tier == tier]
+        if not placed:
+            return x
+        own = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
+        higher = [
+            list(row) if cls.priority > tier else [0] * len(row)
+            for row, cls in zip(x, problem.classes, strict=True)
+        ]
+        start = greedy_complete(problem, higher, own)
+        until = self.clock() + share * (deadline - self.clock())
+        best = x
+        attempt = 0
+        while self.clock() < until:
+            found = swap_search.search(
+                problem,
+                start,
+                tier,
+                until,
+                self.clock,
+                self.options.seed + attempt,
+                placed[-1].value,
+                REBUILD_MUS[attempt % len(REBUILD_MUS)],
+                scaled=True,
+                stall=REBUILD_STALL,
+            )
+            attempt += 1
+            found = relabel(problem, found, tier, self.groups)
+            if _satisfies(problem, found, fixes, tier) and _key(problem, found, tier) > _key(
+                problem, best, tier
+            ):
+                best = found
+        return best
 
     def _patterns(
         self,

@@ -51,6 +51,7 @@ CHECK_EVERY = 16
 # the search ends after this many steps without a better state that fits (measured on the grid's
 # tight cells, 8-32 nodes: every gain came within 150 steps of the one before)
 STALL_STEPS = 150
+ONE_NODE = True
 
 
 def search(
@@ -61,17 +62,20 @@ def search(
     clock: Callable[[], float],
     seed: int = 0,
     target: int | None = None,
+    mu: float = MU,
+    scaled: bool = False,
+    stall: int = STALL_STEPS,
 ) -> Assignment:
     """An assignment placing more pods of the tier and above than ``x`` (or ``x``), found until
     ``clock()`` passes ``until``, the placed count reaches ``target`` or the search stalls."""
     active = problem.active(tier)
     if not feasible(problem, x, active):
         return x
-    state = _State(problem, x, tier, random.Random(seed))
+    state = _State(problem, x, tier, random.Random(seed), mu, scaled)
     best = x
     value = tier_value(problem, best, tier)
     step = last = 0
-    while (target is None or value[0] < target) and step - last < STALL_STEPS:
+    while (target is None or value[0] < target) and step - last < stall:
         step += 1
         if step % CHECK_EVERY == 0 and clock() >= until:
             break
@@ -91,8 +95,17 @@ class _State:
     """The search's state: counts per (class, node) of the classes in play, the nodes' loads and
     the breakout weights."""
 
-    def __init__(self, problem: Problem, x: Assignment, tier: int, rng: random.Random) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        x: Assignment,
+        tier: int,
+        rng: random.Random,
+        mu: float = MU,
+        scaled: bool = False,
+    ) -> None:
         self.rng = rng
+        self.mu, self.scaled = mu, scaled
         self.nodes = [n for n in range(len(problem.node_names)) if not problem.overloaded[n]]
         self.classes = problem.active(tier)
         cls = [problem.classes[c] for c in self.classes]
@@ -150,6 +163,9 @@ class _State:
                 out[c][n] = int(self.counts[i, j])
         return out
 
+    def _mu(self) -> float:
+        return self.mu * (float(self.weight.mean()) if self.scaled else 1.0)
+
     def _penalty(self, load: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """Weighted overload of ``nodes`` at ``load`` (same leading shape)."""
         excess = np.maximum(0, load - self.capacity[nodes]) * self.scale
@@ -186,7 +202,7 @@ class _State:
         after = self._penalty(
             self.load[None, :, :] + self.demand[unplaced][:, None, :], nodes[None, :]
         )
-        cost = after - pen[None, :] + MU * self._gain_stay()[unplaced]
+        cost = after - pen[None, :] + self._mu() * self._gain_stay()[unplaced]
         cost = np.where(self.eligible[unplaced], cost, np.inf)
         if not np.isfinite(cost).any():
             return False
@@ -203,7 +219,7 @@ class _State:
             return False
         best: tuple[float, tuple[str, int, int]] | None = None
         for kind, pen, dis, allowed in moves.options:
-            cost = np.where(allowed, pen + MU * dis, np.inf)
+            cost = np.where(allowed, pen + self._mu() * dis, np.inf)
             a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
             if np.isfinite(cost[a, b]) and (best is None or cost[a, b] < best[0]):
                 best = (float(cost[a, b]), (kind, int(a), int(b)))
@@ -235,7 +251,14 @@ class _State:
         pairs = np.argwhere(self.counts - self.pinned > 0)
         if not pairs.size:
             return None
-        sources = pairs[hot[pairs[:, 1]]]
+        hot_nodes = np.flatnonzero(hot)
+        if not hot_nodes.size:
+            return None
+        if ONE_NODE:
+            node = int(hot_nodes[self.rng.randrange(hot_nodes.size)])
+            sources = pairs[pairs[:, 1] == node]
+        else:
+            sources = pairs[hot[pairs[:, 1]]]
         if not sources.size:
             return None
         nodes = np.arange(len(self.nodes))

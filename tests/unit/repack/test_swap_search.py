@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from repack_builders import fragmentation_list
 
-from scheduler_ext.repack import swap_search
+from scheduler_ext.repack import solver, swap_search
 from scheduler_ext.repack.classes import (
     build_problem,
     current_assignment,
@@ -19,7 +19,9 @@ from scheduler_ext.repack.classes import (
 )
 from scheduler_ext.repack.generator import Cell, generate, instances
 from scheduler_ext.repack.heuristics import best_start, tier_value
+from scheduler_ext.repack.model import Fix
 from scheduler_ext.repack.snapshot import parse_list
+from scheduler_ext.repack.solver import SolveOptions
 
 
 def ticks() -> Callable[[], float]:
@@ -95,3 +97,22 @@ def test_an_unmet_start_is_returned_unchanged() -> None:
     x = current_assignment(problem)
     x[0][0] += 5  # over capacity: not a valid start
     assert swap_search.search(problem, x, 0, until=10, clock=ticks()) is x
+
+
+def test_a_disrupt_phase_rebuild_keeps_the_placed_count_with_fewer_moves() -> None:
+    ((_, snapshot),) = instances(Cell(16, 8, 100, 1), 1)
+    problem = build_problem(snapshot)
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, empty_assignment(problem), tier)
+    # the place phase's packing: the pattern-LP bound of 127 pods, with many moves
+    packed = swap_search.search(problem, start, tier, until=20, clock=ticks())
+    placed, moves = tier_value(problem, packed, tier)
+    assert placed == 127
+    fixes = [Fix("placed", tier, "==", placed)]
+    phases = solver._Phases(problem, SolveOptions(time_limit=1), ticks())
+    rebuilt = phases._rebuild(tier, packed, fixes, 1.0, deadline=100)
+    assert solver._satisfies(problem, rebuilt, fixes, tier)
+    # measured: 15 moves where the place phase's packing needs 20 once relabelled
+    assert tier_value(problem, rebuilt, tier)[1] > moves
+    relabelled = phases.relabelled(packed, fixes, tier)
+    assert tier_value(problem, rebuilt, tier)[1] > tier_value(problem, relabelled, tier)[1]
