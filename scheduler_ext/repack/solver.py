@@ -11,8 +11,12 @@ the best of the starting heuristics (``heuristics.best_start``). It is the solve
 it already meets a simple bound (every pod placed; no more disruption than already fixed) the
 phase is proven without calling CP-SAT.
 
-A place phase of the class formulation first gets the pattern-LP bound of ``bounds`` when every node
-group's maximal patterns can be listed (``patterns``; about four pods per node): priced exactly,
+A place phase of the class formulation whose patterns do not list within LIST_SHARE of it (eight
+pods per node; many small classes) first gets the swap search (``swap_search``: single moves of pods
+off overloaded nodes with breakout weights, which finds the last pods of tight packings in tenths
+of a second); every LNS call of a place phase also starts with it. A place phase first gets the
+pattern-LP bound of ``bounds`` when every node group's maximal patterns can be listed
+(``patterns``; about four pods per node): priced exactly,
 that LP bounds the phase tightly, and in the first tier its dive packs to the bound, which proves
 the phase at once. A lower tier dives too when the tiers above may disrupt nothing (their disruption
 settled at 0): the LP then works without their running pods, which stay where they are (``_Frozen``,
@@ -28,7 +32,10 @@ in a lower tier that does not), then, unless that proved the phase, the search i
 cores but one until the phase ends, beside the LNS (and, with time, the knapsack-priced pattern LP);
 a bound met by either side stops the other, and the phase ends when the search does.
 
-A disrupt phase of the class formulation first gets the per-node pattern-LP lower bound of
+A disrupt phase whose place phase found no listing (on SHORT_MIN_NODES nodes or more only with a
+second or more) first rebuilds packings with the swap search from where the pods run, up to the
+placed count fixed, with disruption weighing more (``_rebuild``). A disrupt phase of the class
+formulation then gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
 or more an LNS that undoes moves, then one search with that bound as a cut; on SHORT_MIN_NODES nodes
 or more with less than MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what
