@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from scheduler_ext.repack.classes import Assignment, Problem, empty_assignment, stays
+from scheduler_ext.repack.heuristics import best_start
 from scheduler_ext.repack.snapshot import Node, Pod, Snapshot
 
 MB = 1_000_000
@@ -109,3 +111,24 @@ def simple_snapshot(
             for name, c, m, node, prio in pods
         ),
     )
+
+
+def lowest_tier_start(problem: Problem) -> tuple[int, Assignment]:
+    """The lowest tier and its best start below the best start of the highest tier."""
+    top, low = problem.tiers[0], problem.tiers[-1]
+    higher, _ = best_start(problem, empty_assignment(problem), top)
+    x, ok = best_start(problem, higher, low)
+    assert ok
+    return low, x
+
+
+def assert_higher_tiers_kept(problem: Problem, x: Assignment, y: Assignment, tier: int) -> None:
+    """The values fixed for the tiers above ``tier`` cannot have changed from x to y: each of
+    their classes has the same placed count and the same pods staying on every node."""
+    for c, cls in enumerate(problem.classes):
+        if cls.priority > tier:
+            assert sum(y[c]) == sum(x[c])
+            assert stays(cls, y[c]) == stays(cls, x[c])
+            assert [min(a, b) for a, b in zip(y[c], cls.current, strict=True)] == [
+                min(a, b) for a, b in zip(x[c], cls.current, strict=True)
+            ]

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from repack_builders import fragmentation_list
+from repack_builders import assert_higher_tiers_kept, fragmentation_list, lowest_tier_start
 
 from scheduler_ext.repack import lns
 from scheduler_ext.repack.classes import (
@@ -15,10 +15,9 @@ from scheduler_ext.repack.classes import (
     current_assignment,
     empty_assignment,
     feasible,
-    stays,
 )
 from scheduler_ext.repack.generator import Cell, generate
-from scheduler_ext.repack.heuristics import best_start, pack_from_scratch, tier_value
+from scheduler_ext.repack.heuristics import pack_from_scratch, tier_value
 from scheduler_ext.repack.snapshot import parse_list
 
 
@@ -49,25 +48,14 @@ def test_places_the_article_pod_and_then_moves_only_one() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_never_worse_and_leaves_higher_tiers_alone(seed: int) -> None:
     problem = build_problem(generate(Cell(8, 4, 100, 2), seed))
-    top, low = problem.tiers[0], problem.tiers[-1]
-    higher, _ = best_start(problem, empty_assignment(problem), top)
-    x, ok = best_start(problem, higher, low)
-    assert ok
+    low, x = lowest_tier_start(problem)
     for keep_placed in (False, True):
         y = lns.improve(
             problem, x, low, until=0.6, clock=ticks(), seed=seed, keep_placed=keep_placed
         )
         assert feasible(problem, y, problem.active(low))
         assert tier_value(problem, y, low) >= tier_value(problem, x, low)
-        for c, cls in enumerate(problem.classes):
-            if cls.priority > low:
-                # same placed count and the same pods staying on every node: the values fixed
-                # for the higher tier cannot change
-                assert sum(y[c]) == sum(x[c])
-                assert stays(cls, y[c]) == stays(cls, x[c])
-                assert [min(a, b) for a, b in zip(y[c], cls.current, strict=True)] == [
-                    min(a, b) for a, b in zip(x[c], cls.current, strict=True)
-                ]
+        assert_higher_tiers_kept(problem, x, y, low)
 
 
 def test_an_unmet_start_is_returned_unchanged() -> None:

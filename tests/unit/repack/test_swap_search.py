@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable
 
 import pytest
-from repack_builders import fragmentation_list
+from repack_builders import assert_higher_tiers_kept, fragmentation_list, lowest_tier_start
 
 from scheduler_ext.repack import solver, swap_search
 from scheduler_ext.repack.classes import (
@@ -15,7 +15,6 @@ from scheduler_ext.repack.classes import (
     current_assignment,
     empty_assignment,
     feasible,
-    stays,
 )
 from scheduler_ext.repack.generator import Cell, generate, instances
 from scheduler_ext.repack.heuristics import best_start, tier_value
@@ -77,19 +76,11 @@ def test_stops_at_the_target() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_never_worse_and_leaves_higher_tiers_alone(seed: int) -> None:
     problem = build_problem(generate(Cell(8, 8, 100, 2), seed))
-    top, low = problem.tiers[0], problem.tiers[-1]
-    higher, _ = best_start(problem, empty_assignment(problem), top)
-    x, ok = best_start(problem, higher, low)
-    assert ok
+    low, x = lowest_tier_start(problem)
     y = swap_search.search(problem, x, low, until=40, clock=ticks(), seed=seed)
     assert feasible(problem, y, problem.active(low))
     assert tier_value(problem, y, low) >= tier_value(problem, x, low)
-    for c, cls in enumerate(problem.classes):
-        if cls.priority > low:
-            # same placed count and the same pods staying on every node: the values fixed for
-            # the higher tier cannot change
-            assert sum(y[c]) == sum(x[c])
-            assert stays(cls, y[c]) == stays(cls, x[c])
+    assert_higher_tiers_kept(problem, x, y, low)
 
 
 def test_an_unmet_start_is_returned_unchanged() -> None:
