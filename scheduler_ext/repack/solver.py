@@ -119,9 +119,9 @@ LNS_DISRUPT_SHARE = 0.3
 # a place phase of the class formulation first gives the swap search up to this share of its time
 SWAP_SHARE = 0.25
 # a disrupt phase whose place phase did not list patterns rebuilds packings with the swap search
-# for this share of its time, disruption weighing these in turn (the first of them measured on
-# eight pods per node, 8-16 nodes: 9-15 moves where the place phase's packing needed 16-27), and
-# each search ending this many steps after its last gain
+# for this share of its time, disruption weighing these in turn (measured with the first on
+# n16-ppn8-u100-k1 and n8-ppn8-u105-k1: 15 and 12 moves where the place phase's packing needed
+# 20 and 24), and each search ending this many steps after its last gain
 REBUILD_SHARE = 0.5
 REBUILD_MUS = (0.1, 0.2, 0.05)
 REBUILD_STALL = 400
@@ -944,8 +944,9 @@ class _Phases:
         start = greedy_complete(problem, higher, own)
         until = self.clock() + share * (deadline - self.clock())
         best = x
-        attempt = 0
-        while self.clock() < until:
+        attempt = idle = 0
+        # (a start that cannot change returns at once: after each weight has failed, stop)
+        while self.clock() < until and idle < len(REBUILD_MUS):
             found = swap_search.search(
                 problem,
                 start,
@@ -959,6 +960,7 @@ class _Phases:
                 stall=REBUILD_STALL,
             )
             attempt += 1
+            idle = idle + 1 if found is start else 0
             found = relabel(problem, found, tier, self.groups)
             if _satisfies(problem, found, fixes, tier) and _key(problem, found, tier) > _key(
                 problem, best, tier

@@ -107,3 +107,21 @@ def test_a_disrupt_phase_rebuild_keeps_the_placed_count_with_fewer_moves() -> No
     assert tier_value(problem, rebuilt, tier)[1] > moves
     relabelled = phases.relabelled(packed, fixes, tier)
     assert tier_value(problem, rebuilt, tier)[1] > tier_value(problem, relabelled, tier)[1]
+
+
+def test_a_rebuild_that_cannot_change_stops_early() -> None:
+    problem = build_problem(parse_list(fragmentation_list()))
+    x = current_assignment(problem)  # nine placed, and the pending pod fits nowhere as they run
+    readings = itertools.count()
+    clock = ticks()
+
+    def counted() -> float:
+        next(readings)
+        return clock()
+
+    phases = solver._Phases(problem, SolveOptions(time_limit=1), counted)
+    # a start from where the pods run already places the nine: every search returns it at
+    # once, so the rebuild stops after each weight has failed instead of spinning to its end
+    rebuilt = phases._rebuild(0, x, [Fix("placed", 0, "==", 9)], 1.0, deadline=10**6)
+    assert rebuilt == x
+    assert next(readings) < 20
