@@ -38,7 +38,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from scheduler_ext.repack.classes import Assignment, Problem, feasible
+from scheduler_ext.repack.classes import Assignment, Problem, feasible, loads
 from scheduler_ext.repack.heuristics import tier_value
 
 # tabu tenure: a class that left a node may not return there for this many steps (plus a random
@@ -139,13 +139,10 @@ class _State:
         self.may_leave = self.own & np.array([not k.pdbs for k in cls], dtype=bool)
         self.counts = counts
         # load of everything on the nodes that is not a class in play (lower tiers are not)
-        others = [c for c in range(len(problem.classes)) if c not in set(self.classes)]
-        fixed = np.zeros_like(self.capacity)
-        for c in others:
-            for j, n in enumerate(self.nodes):
-                if x[c][n]:
-                    fixed[j] += x[c][n] * np.array(problem.classes[c].requests, dtype=np.int64)
-        self.capacity = self.capacity - fixed
+        in_play = set(self.classes)
+        others = [[0] * len(row) if c in in_play else row for c, row in enumerate(x)]
+        fixed = np.array(loads(problem, others), dtype=np.int64).reshape(-1, n_res)
+        self.capacity = self.capacity - fixed[self.nodes]
         self.load = counts.T @ self.demand
         # overload in typical requests: each resource's excess over its mean request
         typical = np.maximum(1.0, self.demand.mean(axis=0)) if len(cls) else np.ones(n_res)
