@@ -63,13 +63,23 @@ def _all_assignments(problem: Problem) -> Iterator[Assignment]:
     yield from rec(0, 0, problem.classes[0].total)
 
 
+def _cost(problem: Problem, x: Assignment) -> int:
+    return sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+
+
+def _least(minimum: dict[int, int], floor: int) -> int:
+    """The least disruption with at least ``floor`` pods placed (``minimum`` from
+    ``_brute_force``)."""
+    return min(v for placed, v in minimum.items() if placed >= floor)
+
+
 def _brute_force(problem: Problem) -> dict[int, int]:
     """Fewest disruption for each number of placed pods (every class in one tier)."""
     best: dict[int, int] = {}
     for x in _all_assignments(problem):
         assert feasible(problem, x)
         placed = sum(sum(row) for row in x)
-        cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+        cost = _cost(problem, x)
         best[placed] = min(cost, best.get(placed, cost))
     return best
 
@@ -91,7 +101,7 @@ def test_disruption_bound_is_never_above_the_brute_force_minimum(cell: Cell, see
     checked = 0
     for floor in range(min(minimum), most + 1):
         # at least ``floor`` placed: the least disruption over every such count
-        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        truth = _least(minimum, floor)
         usable = [x for x in starts if sum(sum(r) for r in x) >= floor]
         if not usable:
             continue
@@ -229,7 +239,7 @@ def test_a_bound_cut_short_by_time_is_still_below_the_minimum(
     minimum = _brute_force(problem)
     for floor, start in _floors(problem):
         bound = disruption_bound(problem, tier, [(tier, floor)], [start], steps, _ticking())
-        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        truth = _least(minimum, floor)
         assert 0 <= bound <= truth, (floor, bound, truth)
 
 
@@ -248,18 +258,14 @@ def test_dive_and_price_and_branch_return_feasible_assignments_above_the_bound(
         problem, tier, [(tier, floor)], [start], 10.0, time.monotonic, 10**6, columns, dived
     )
     packed = disruption_solution(problem, tier, [(tier, floor)], columns, 10.0, 1)
-    truth = min(v for placed, v in minimum.items() if placed >= floor)
+    truth = _least(minimum, floor)
     found = [x for x in [*dived, packed] if x is not None]
     assert packed is not None  # the starts' own columns always make one choice
     for x in found:
         assert feasible(problem, x)
         assert sum(sum(row) for row in x) >= floor
-        cost = sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
+        cost = _cost(problem, x)
         assert bound <= truth <= cost
-
-
-def _cost(problem: Problem, x: Assignment) -> int:
-    return sum(disruption(cls, row) for cls, row in zip(problem.classes, x, strict=True))
 
 
 def _rotated_cases(problem: Problem) -> Iterator[tuple[int, Assignment, int, int]]:
@@ -269,7 +275,7 @@ def _rotated_cases(problem: Problem) -> Iterator[tuple[int, Assignment, int, int
     minimum = _brute_force(problem)
     for floor, start in _floors(problem):
         rotated = [row[-1:] + row[:-1] for row in start]
-        truth = min(v for placed, v in minimum.items() if placed >= floor)
+        truth = _least(minimum, floor)
         yield floor, rotated, truth, _cost(problem, rotated)
 
 
