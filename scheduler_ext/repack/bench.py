@@ -8,7 +8,8 @@ any run, otherwise the best of all runs and one long solve; it is cached in a JS
 instance (``--cache``) so later runs reuse it. The report prints, per grid cell and time limit,
 the classes and how often the best-known outcome was reached, median and p95 solve times, and the
 per-instance solve-time ratio classes/per-pod (the per-pod formulation, measured in the same run,
-is the baseline).
+is the baseline); under the 1 s target, how many runs reach the best-known placed counts alone
+(so that a miss by disruption is told apart from a miss by placed pods).
 """
 
 from __future__ import annotations
@@ -132,6 +133,14 @@ def best_known(
     if entry is None or tuple(entry["vector"]) < best:  # type: ignore[arg-type]
         cache[key] = {"vector": list(best), "proven": is_proven, "limit": long_limit}
     return best, is_proven, warnings
+
+
+def reaches(runs: Sequence[Run], best: dict[tuple[str, int], tuple[int, ...]]) -> tuple[int, int]:
+    """How many runs reach their instance's best-known outcome, and how many reach its placed
+    counts (the vector's placed-pod entries, one per tier) whatever their disruption."""
+    whole = sum(r.vector == best[r.cell, r.seed] for r in runs)
+    placed = sum(r.vector[0::2] == best[r.cell, r.seed][0::2] for r in runs)
+    return whole, placed
 
 
 def _pct(part: int, whole: int) -> str:
@@ -293,11 +302,15 @@ def run(args: argparse.Namespace) -> int:
     if at1:
         improvable = [r for r in at1 if best[r.cell, r.seed] > r.before]
         improved = sum(r.vector > r.before for r in improvable)
-        reached = sum(r.vector == best[r.cell, r.seed] for r in at1)
+        reached, placed = reaches(at1, best)
         print(
             f"target classes@1s (4-32 nodes): improves where improvable {improved}/"
             f"{len(improvable)} (target all); reaches best-known {_pct(reached, len(at1)).strip()}"
             " (target >= 90%)"
+        )
+        print(
+            f"  (placed pods alone: {_pct(placed, len(at1)).strip()} place as many pods at every "
+            "tier as the best-known outcome; those of them that miss it move more pods)"
         )
     if at10:
         n_proven = sum(r.category in ("Better&Optimal", "Default-Optimal") for r in at10)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from carico.cli import main
-from scheduler_ext.repack.bench import classify
+from scheduler_ext.repack.bench import Run, classify, reaches
 from scheduler_ext.repack.generator import Cell, generate, instances
 from scheduler_ext.repack.plan import empty_plan
 
@@ -65,3 +65,17 @@ def test_bench_runs_a_small_grid_and_caches_best_known(
     assert list(stored) == ["n4-ppn4-u100-k1/seed0"]
     # this small instance is proven by the runs themselves, so the cache holds a proven optimum
     assert stored["n4-ppn4-u100-k1/seed0"]["proven"] is True
+
+
+def test_reaches_counts_whole_outcomes_and_placed_counts_apart() -> None:
+    best = {("c", 0): (10, -3, 20, -5), ("c", 1): (10, -3, 20, -5), ("c", 2): (10, -3, 20, -5)}
+
+    def run(seed: int, vector: tuple[int, ...]) -> Run:
+        return Run("c", seed, "classes", 1.0, "Better", vector, (8, 0, 18, 0), 1.0, False, 1.0)
+
+    runs = [
+        run(0, (10, -3, 20, -5)),  # the best-known outcome
+        run(1, (10, -4, 20, -7)),  # as many pods placed at both tiers, more moves
+        run(2, (10, -3, 19, -5)),  # one pod fewer at the lower tier
+    ]
+    assert reaches(runs, best) == (1, 2)
