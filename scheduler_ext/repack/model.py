@@ -419,6 +419,16 @@ class PhaseModels:
         self.problem = problem
         self._base: PhaseModel | None = None  # the last tier's model, without fixes
 
+    def variables(self, tier: int) -> int:
+        """How many placement variables the tier's model has: one per class and eligible node
+        (classes), one per pod and eligible node (per-pod). Building, copying and hinting the
+        model cost time in proportion."""
+        return sum(
+            len(cls.eligible) * (1 if self.formulation == "classes" else cls.total)
+            for cls in self.problem.classes
+            if cls.priority >= tier
+        )
+
     def build(self, tier: int, fixes: Sequence[Fix], symmetry: bool) -> PhaseModel:
         if self._base is None or self._base.tier != tier:
             self._base = build_phase_model(self.formulation, self.problem, tier, (), False)

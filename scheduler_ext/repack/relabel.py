@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from ortools.graph.python import linear_sum_assignment
 
 from scheduler_ext.repack.classes import Assignment, Problem, node_groups_by_key
@@ -63,27 +64,33 @@ def _permute(
 ) -> Assignment:
     """``x`` with each group's node contents assigned to its nodes so that the weighted number
     of pods staying where they run is largest."""
-    out = [list(row) for row in x]
-    classes = problem.classes
+    counts = np.asarray(x, dtype=np.int64).reshape(len(x), -1)
+    out = counts.copy()
+    current = np.array([cls.current for cls in problem.classes], dtype=np.int64).reshape(
+        counts.shape
+    )
+    weights = np.asarray(weight, dtype=np.int64)
     for members in groups:
-        content = [{c: x[c][i] for c in range(len(classes)) if x[c][i]} for i in members]
-        current = [
-            {c: cls.current[j] for c, cls in enumerate(classes) if cls.current[j]} for j in members
-        ]
-        if not any(current):
+        nodes = np.asarray(members)
+        held, running = counts[:, nodes], current[:, nodes]
+        if not running.any():
             continue  # nothing runs on the group's nodes: every labelling moves the same
+        # gain[a, b]: weighted pods staying if node a's content goes to node b; only the few
+        # classes running on b count there (numpy: 128-node groups in milliseconds, where a
+        # loop over every class and pair of nodes took a tenth of a second)
+        gain = np.zeros((len(members), len(members)), dtype=np.int64)
+        for b in range(len(members)):
+            here = np.flatnonzero(running[:, b])
+            gain[:, b] = weights[here] @ np.minimum(held[here], running[here, b][:, None])
         lap = linear_sum_assignment.SimpleLinearSumAssignment()
-        for a, held in enumerate(content):
-            for b, cur in enumerate(current):
-                gain = sum(weight[c] * min(k, held.get(c, 0)) for c, k in cur.items())
-                lap.add_arc_with_cost(a, b, -gain)
+        tails, heads = np.divmod(np.arange(gain.size), len(members))
+        lap.add_arcs_with_cost(tails, heads, -gain.ravel())
         if lap.solve() != lap.OPTIMAL:
             continue
-        for a, i in enumerate(members):
-            j = members[lap.right_mate(a)]
-            for c in range(len(classes)):
-                out[c][j] = x[c][i]
-    return out
+        mates = np.array([lap.right_mate(a) for a in range(len(members))])
+        out[:, nodes[mates]] = held
+    rows: Assignment = out.tolist()
+    return rows
 
 
 def _stays(problem: Problem, x: Assignment, tiers: Sequence[int]) -> tuple[int, ...]:

@@ -1,0 +1,95 @@
+"""What keeps a solve inside its time budget on large clusters, and keeps it right.
+
+The budget itself is measured by ``make bench BENCH_ARGS=repack`` and the note's large-cluster
+runs (timings do not belong in pass/fail tests); here: the shortcuts taken to stay inside it give
+the same answers, and are taken only when the time is short.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from repack_builders import fragmentation_list, kube_list, node_obj, pod_obj
+
+from scheduler_ext.repack import heuristics, solver
+from scheduler_ext.repack.classes import build_problem, current_assignment, feasible
+from scheduler_ext.repack.eligibility import eligible
+from scheduler_ext.repack.heuristics import best_start, tier_value
+from scheduler_ext.repack.snapshot import parse_list
+from scheduler_ext.repack.solver import SolveOptions
+
+GPU_TAINT = {"key": "gpu", "value": "y", "effect": "NoSchedule"}
+TOLERATE_GPU = {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "y"}]}
+SSD = {"nodeSelector": {"disk": "ssd"}}
+NOT_A = {"key": "metadata.name", "operator": "NotIn", "values": ["a"]}
+NOT_ON_A = {
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [NOT_A]}]
+            }
+        }
+    }
+}
+
+
+def test_each_class_is_eligible_exactly_where_each_of_its_pods_is() -> None:
+    # pods share their eligibility per combination of selector, affinity and tolerations: pods
+    # with the same requests but other rules must not share it
+    rules: list[dict[str, Any]] = [{}, TOLERATE_GPU, SSD, {**SSD, **TOLERATE_GPU}, NOT_ON_A]
+    items = [
+        node_obj("a"),
+        node_obj("b", taints=[GPU_TAINT]),
+        node_obj("c", labels={"disk": "ssd"}),
+        node_obj("d", labels={"disk": "ssd"}, taints=[GPU_TAINT]),
+        node_obj("e", unschedulable=True),
+    ]
+    for i, spec in enumerate(rules):
+        for j, cpu in enumerate(("100m", "100m", "200m")):
+            items.append(pod_obj(f"p{i}-{j}", cpu, "1M", spec=spec))
+    snapshot = parse_list(kube_list(*items))
+    problem = build_problem(snapshot)
+    class_of = {key: c for c, cls in enumerate(problem.classes) for key in cls.pending}
+    kinds = set()
+    for pod in snapshot.pods:
+        want = frozenset(n for n, node in enumerate(snapshot.nodes) if eligible(pod, node))
+        assert problem.classes[class_of[pod.key]].eligible == want, pod.key
+        kinds.add((pod.requests["cpu"], want))
+    # one class per request size and set of eligible nodes (the selector and the affinity both
+    # leave node c alone, so those pods share classes)
+    assert len(problem.classes) == len(kinds) == 8
+
+
+def test_a_search_whose_model_would_outlast_its_time_is_not_built() -> None:
+    problem = build_problem(parse_list(fragmentation_list()))
+    phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
+    hint = current_assignment(problem)
+    status, found, _, _ = phases._cp(0, True, [], hint, 1e-7, None)
+    assert found is None and status == solver.cp_model.UNKNOWN
+    assert phases.models._base is None  # declined before building anything
+    # with time for it, the same call builds the model and finds the one-move placement
+    status, found, _, _ = phases._cp(0, True, [], hint, 5.0, None)
+    assert phases.models._base is not None
+    assert found is not None and tier_value(problem, found, 0)[0] == 10
+
+
+@pytest.mark.parametrize(("until", "want"), [(math.inf, [False, True]), (0.0, [False])])
+def test_starts_repack_from_scratch_only_while_time_is_left(
+    monkeypatch: pytest.MonkeyPatch, until: float, want: list[bool]
+) -> None:
+    problem = build_problem(parse_list(fragmentation_list()))
+    calls: list[bool] = []
+    original = heuristics.pack_from_scratch
+
+    def counted(*args: Any) -> Any:
+        calls.append(args[-1])  # best_fit
+        return original(*args)
+
+    monkeypatch.setattr(heuristics, "pack_from_scratch", counted)
+    # nothing may move out of the way in time here (make_room gets no time), so with the
+    # budget spent the first-fit re-packing is still tried: the one start that may place more
+    x, ok = best_start(problem, [[0] * 3 for _ in problem.classes], 0, until, lambda: 1.0)
+    assert ok and feasible(problem, x)
+    assert calls == want
