@@ -374,13 +374,19 @@ def pods_for(problem: Problem, x: Assignment) -> PodAssignment:
     evicted: list[tuple[str, str]] = []
     placed: list[tuple[str, str]] = []
     for c, cls in enumerate(problem.classes):
+        row = x[c]
         leavers: list[tuple[str, str]] = []
         slots: list[str] = []
-        for n, keys in enumerate(cls.running):
-            keep = min(x[c][n], len(keys))
+        # only the nodes where the class runs or is placed (all nodes: half a second for 2 048
+        # pods on 256 nodes)
+        for n in cls.running_nodes:
+            keys = cls.running[n]
+            keep = min(row[n], len(keys))
             stay += [(k, names[n]) for k in keys[:keep]]
             leavers += [(k, names[n]) for k in keys[keep:]]
-            slots += [names[n]] * (x[c][n] - keep)
+        for n, count in enumerate(row):
+            if count > len(cls.running[n]):
+                slots += [names[n]] * (count - len(cls.running[n]))
         for (key, src), dst in zip(leavers, slots, strict=False):
             moves.append((key, src, dst))
         evicted += leavers[len(slots) :]

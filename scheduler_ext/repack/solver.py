@@ -428,6 +428,12 @@ class _Phases:
         if self._solver is not None:
             self._solver.stop_search()
 
+    def _searchable(self, tier: int, seconds: float) -> bool:
+        """Whether a whole-model search of the tier gets more than the time to build and hint
+        its model (on 128 nodes with eight pods per node that alone takes 1.5 s: no search,
+        rather than an overrun)."""
+        return SETUP_SECONDS_PER_VARIABLE * self.models.variables(tier) <= seconds
+
     def _cp(
         self,
         tier: int,
@@ -456,9 +462,7 @@ class _Phases:
         # constraint): building it once saves a large share of a short budget
         key = (tier, maximise, tuple(fixes))
         reuse = self._built is not None and self._built[0] == key and not maximise
-        if not reuse and SETUP_SECONDS_PER_VARIABLE * self.models.variables(tier) > seconds:
-            # building and hinting the model alone would take all the search's time (on 128
-            # nodes with eight pods per node, 1.5 s): no search, rather than an overrun
+        if not reuse and not self._searchable(tier, seconds):
             return cp_model.UNKNOWN, None, None, weight
         if reuse and self._built is not None:
             pm = self._built[1]
@@ -803,15 +807,20 @@ class _Phases:
         workers = _cores(self.options) - 1
         self._solver = None
         start = best
-        thread = _SearchThread(
-            lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
-        )
-        clock = thread.clock(self.clock)  # the bound and the LNS end with the search
+        thread: _SearchThread | None = None
+        clock: Clock | None = None  # (no search: the bound and the LNS have the phase)
+        if self._searchable(tier, seconds):
+            thread = _SearchThread(
+                lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
+            )
+            clock = thread.clock(self.clock)  # the bound and the LNS end with the search
         if not alone and seconds >= SIDE_BOUND_SECONDS:
             bounded(clock, SIDE_BOUND_SHARE)
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
+        if thread is None:
+            return cp_model.UNKNOWN, None, None, 1, best, bound
         status, solution, raw, weight = thread.result(met, self._stop_search)
         return status, solution, raw, weight, best, bound
 
@@ -871,10 +880,13 @@ class _Phases:
         workers = _cores(self.options) - 1
         searched, left = best, deadline - self.clock()
         self._solver = None
-        thread = _SearchThread(
-            lambda: self._cp(tier, True, fixes, searched, left, None, workers, stopper)
-        )
-        clock = thread.clock(self.clock)  # the LP and the LNS end with the search
+        thread: _SearchThread | None = None
+        clock = self.clock  # (no search: the LP and the LNS have the phase)
+        if self._searchable(tier, left):
+            thread = _SearchThread(
+                lambda: self._cp(tier, True, fixes, searched, left, None, workers, stopper)
+            )
+            clock = thread.clock(self.clock)  # the LP and the LNS end with the search
 
         start = best
         share = 1.0 if short or upper is not None else LNS_SHARE
@@ -893,6 +905,8 @@ class _Phases:
             best = _better(problem, tier, packed, best)
             if not met():
                 best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
+        if thread is None:
+            return cp_model.UNKNOWN, None, None, 1, best, bound
         status, solution, raw, weight = thread.result(met, self._stop_search)
         return status, solution, raw, weight, best, bound
 

@@ -14,8 +14,14 @@ import pytest
 from repack_builders import fragmentation_list, kube_list, node_obj, pod_obj
 
 from scheduler_ext.repack import heuristics, solver
-from scheduler_ext.repack.classes import build_problem, current_assignment, feasible
+from scheduler_ext.repack.classes import (
+    build_problem,
+    current_assignment,
+    empty_assignment,
+    feasible,
+)
 from scheduler_ext.repack.eligibility import eligible
+from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.heuristics import best_start, tier_value
 from scheduler_ext.repack.snapshot import parse_list
 from scheduler_ext.repack.solver import SolveOptions
@@ -93,3 +99,29 @@ def test_starts_repack_from_scratch_only_while_time_is_left(
     x, ok = best_start(problem, [[0] * 3 for _ in problem.classes], 0, until, lambda: 1.0)
     assert ok and feasible(problem, x)
     assert calls == want
+
+
+def test_the_work_beside_a_declined_search_keeps_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a model too large to build in time: no search thread, and the LNS beside it must not end
+    # with a search that never ran (it ended the phase at once on 256 nodes, 2 of 10 s unused)
+    monkeypatch.setattr(solver, "SETUP_SECONDS_PER_VARIABLE", 1e6)
+    ((_, snapshot),) = instances(Cell(32, 8, 100, 1), 1)
+    problem = build_problem(snapshot)
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, empty_assignment(problem), tier)
+    now = [0.0]
+    phases = solver._Phases(problem, SolveOptions(time_limit=10, workers=2), lambda: now[0])
+    readings: list[float] = []
+
+    def improve(tier: int, x: Any, fixes: Any, share: float, deadline: float, *rest: Any) -> Any:
+        clock = rest[1] if len(rest) > 1 and rest[1] is not None else phases.clock
+        readings.append(clock())
+        now[0] = deadline  # the LNS spends what it was given
+        return x
+
+    monkeypatch.setattr(phases, "_improve", improve)
+    status, found, _, _, best, _ = phases._place_side_by_side(
+        tier, [], start, start, 10.0, 256, deadline=10.0
+    )
+    assert status == solver.cp_model.UNKNOWN and found is None and best == start
+    assert readings and all(math.isfinite(r) for r in readings)
