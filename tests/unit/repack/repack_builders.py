@@ -3,10 +3,18 @@ the tests of this folder; conftest.py puts the folder on sys.path)."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Any
 
-from scheduler_ext.repack.classes import Assignment, Problem, empty_assignment, stays
-from scheduler_ext.repack.heuristics import best_start
+from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
+    empty_assignment,
+    feasible,
+    stays,
+)
+from scheduler_ext.repack.heuristics import best_start, tier_value
 from scheduler_ext.repack.snapshot import Node, Pod, Snapshot
 
 MB = 1_000_000
@@ -132,3 +140,19 @@ def assert_higher_tiers_kept(problem: Problem, x: Assignment, y: Assignment, tie
             assert [min(a, b) for a, b in zip(y[c], cls.current, strict=True)] == [
                 min(a, b) for a, b in zip(x[c], cls.current, strict=True)
             ]
+
+
+def assert_no_worse(problem: Problem, x: Assignment, y: Assignment, tier: int) -> None:
+    """y, a search's result from x, is valid for the tier, at least as good there, and leaves
+    the values fixed for the tiers above as they were."""
+    assert feasible(problem, y, problem.active(tier))
+    assert tier_value(problem, y, tier) >= tier_value(problem, x, tier)
+    assert_higher_tiers_kept(problem, x, y, tier)
+
+
+def ticks(step: float = 1.0) -> Callable[[], float]:
+    """A clock that advances by ``step`` per reading: a search then runs a fixed number of
+    iterations (clock readings) whatever the machine load (LNS sub-solves keep their own small
+    wall limit)."""
+    counter = itertools.count()
+    return lambda: next(counter) * step
