@@ -397,9 +397,7 @@ class _Phases:
         frozen = self._frozen(tier, fixes)
         if frozen is None:
             return False
-        states = min(MAX_STATES, int(STATES_PER_SECOND * LIST_SHARE * seconds))
-        until = self.clock() + LIST_SHARE * seconds
-        return self.listings.cover(frozen.problem, tier, states, until, self.clock)
+        return self._lists(frozen.problem, tier, seconds, LIST_SHARE)
 
     def _listed(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
         """Whether a place phase's pattern LP has its patterns listed, or lists them within
@@ -409,13 +407,18 @@ class _Phases:
             return not self._unlisted[tier]
         frozen = self._frozen(tier, fixes)
         # as many states as the LP's own listing would get
-        states = min(MAX_STATES, int(STATES_PER_SECOND * PATTERN_SHARE * seconds))
-        until = self.clock() + LIST_SHARE * seconds
-        listed = self.listings.cover(
-            self.problem if frozen is None else frozen.problem, tier, states, until, self.clock
+        listed = self._lists(
+            self.problem if frozen is None else frozen.problem, tier, seconds, PATTERN_SHARE
         )
         self._unlisted[tier] = not listed
         return listed
+
+    def _lists(self, space: Problem, tier: int, seconds: float, state_share: float) -> bool:
+        """Whether the node groups' patterns of ``space`` list within LIST_SHARE of a phase of
+        ``seconds``, in the states of ``state_share`` of it (a listing made is kept)."""
+        states = min(MAX_STATES, int(STATES_PER_SECOND * state_share * seconds))
+        until = self.clock() + LIST_SHARE * seconds
+        return self.listings.cover(space, tier, states, until, self.clock)
 
     def allot(self) -> float:
         remaining = self.deadline - self.clock()
@@ -433,6 +436,36 @@ class _Phases:
         its model (on 128 nodes with eight pods per node that alone takes 1.5 s: no search,
         rather than an overrun)."""
         return SETUP_SECONDS_PER_VARIABLE * self.models.variables(tier) <= seconds
+
+    def _search_beside(
+        self,
+        tier: int,
+        maximise: bool,
+        fixes: Sequence[Fix],
+        hint: Assignment,
+        seconds: float,
+        stopper: _StopAt,
+    ) -> tuple[_SearchThread | None, Clock]:
+        """The whole-model search started in a thread on all cores but one, and the clock of
+        the work beside it (which ends with the search); no thread when the model could not be
+        built in time, and the work beside then has the phase."""
+        self._solver = None
+        if not self._searchable(tier, seconds):
+            return None, self.clock
+        workers = _cores(self.options) - 1
+        thread = _SearchThread(
+            lambda: self._cp(tier, maximise, fixes, hint, seconds, None, workers, stopper)
+        )
+        return thread, thread.clock(self.clock)
+
+    def _searched(
+        self, thread: _SearchThread | None, met: Callable[[], bool]
+    ) -> tuple[Any, Assignment | None, int | None, int]:
+        """The search's (status, solution, objective bound, weight) once it ends, stopped
+        early when ``met()``; UNKNOWN when it did not run."""
+        if thread is None:
+            return cp_model.UNKNOWN, None, None, 1
+        return thread.result(met, self._stop_search)
 
     def _cp(
         self,
@@ -804,25 +837,13 @@ class _Phases:
             seconds = deadline - self.clock()
             if met() or seconds < 0.005:
                 return cp_model.UNKNOWN, None, None, 1, best, bound
-        workers = _cores(self.options) - 1
-        self._solver = None
-        start = best
-        thread: _SearchThread | None = None
-        clock: Clock | None = None  # (no search: the bound and the LNS have the phase)
-        if self._searchable(tier, seconds):
-            thread = _SearchThread(
-                lambda: self._cp(tier, False, fixes, start, seconds, None, workers, stopper)
-            )
-            clock = thread.clock(self.clock)  # the bound and the LNS end with the search
+        thread, clock = self._search_beside(tier, False, fixes, best, seconds, stopper)
         if not alone and seconds >= SIDE_BOUND_SECONDS:
             bounded(clock, SIDE_BOUND_SHARE)
 
         if not met():
             best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
-        if thread is None:
-            return cp_model.UNKNOWN, None, None, 1, best, bound
-        status, solution, raw, weight = thread.result(met, self._stop_search)
-        return status, solution, raw, weight, best, bound
+        return (*self._searched(thread, met), best, bound)
 
     def _place_side_by_side(
         self,
@@ -877,16 +898,9 @@ class _Phases:
         def met() -> bool:
             return max(stopper.best, placed(best)) >= bound
 
-        workers = _cores(self.options) - 1
-        searched, left = best, deadline - self.clock()
-        self._solver = None
-        thread: _SearchThread | None = None
-        clock = self.clock  # (no search: the LP and the LNS have the phase)
-        if self._searchable(tier, left):
-            thread = _SearchThread(
-                lambda: self._cp(tier, True, fixes, searched, left, None, workers, stopper)
-            )
-            clock = thread.clock(self.clock)  # the LP and the LNS end with the search
+        thread, clock = self._search_beside(
+            tier, True, fixes, best, deadline - self.clock(), stopper
+        )
 
         start = best
         share = 1.0 if short or upper is not None else LNS_SHARE
@@ -905,10 +919,7 @@ class _Phases:
             best = _better(problem, tier, packed, best)
             if not met():
                 best = self._improve(tier, best, fixes, 1.0, deadline, bound, clock)
-        if thread is None:
-            return cp_model.UNKNOWN, None, None, 1, best, bound
-        status, solution, raw, weight = thread.result(met, self._stop_search)
-        return status, solution, raw, weight, best, bound
+        return (*self._searched(thread, met), best, bound)
 
     def _improve(
         self,
