@@ -68,7 +68,11 @@ def test_bench_runs_a_small_grid_and_caches_best_known(
 
 
 def test_reaches_counts_whole_outcomes_and_placed_counts_apart() -> None:
-    best = {("c", 0): (10, -3, 20, -5), ("c", 1): (10, -3, 20, -5), ("c", 2): (10, -3, 20, -5)}
+    best: dict[tuple[str, int], tuple[int, ...]] = {
+        ("c", 0): (10, -3, 20, -5),
+        ("c", 1): (10, -3, 20, -5),
+        ("c", 2): (10, -3, 20, -5),
+    }
 
     def run(seed: int, vector: tuple[int, ...]) -> Run:
         return Run("c", seed, "classes", 1.0, "Better", vector, (8, 0, 18, 0), 1.0, False, 1.0)

@@ -115,8 +115,8 @@ def test_knapsack_matches_brute_force(seed: int) -> None:
             best = max(best, sum(n * v for n, v in zip(counts, values, strict=True)))
     result = knapsack(values, weights, limits, cap)
     assert result is not None
-    value, counts, _ = result
+    value, chosen, _ = result
     assert value == pytest.approx(best)  # float sums of the same terms: rounding only
     assert all(
-        sum(n * w[r] for n, w in zip(counts, weights, strict=True)) <= cap[r] for r in range(3)
+        sum(n * w[r] for n, w in zip(chosen, weights, strict=True)) <= cap[r] for r in range(3)
     )

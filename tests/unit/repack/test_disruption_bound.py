@@ -9,6 +9,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pytest
 from ortools.linear_solver import pywraplp
@@ -336,7 +337,7 @@ def test_the_choice_among_few_columns_finds_the_minimum_without_a_dive(
 ) -> None:
     # the dives replaced by a stand-in that finds nothing: the least disruptive assignment can
     # only come from the exact choice among the columns that could beat the incumbent
-    def no_dive(*args: object) -> tuple[None, int]:
+    def no_dive(*args: Any) -> tuple[None, int]:
         return None, int(args[7])  # (no assignment, the bound passed in)
 
     monkeypatch.setattr(dbound, "_dives", no_dive)

@@ -35,12 +35,12 @@ def test_freeze_above_takes_the_higher_tiers_running_pods_off_the_nodes() -> Non
             was.pending,
         )
         assert now.n_running == (0 if c in above else was.n_running)
-    for n, (was, now) in enumerate(zip(problem.capacity, frozen.capacity, strict=True)):
+    for n, (room, left) in enumerate(zip(problem.capacity, frozen.capacity, strict=True)):
         held = [
             sum(problem.classes[c].requests[r] * problem.classes[c].current[n] for c in above)
             for r in range(len(problem.resources))
         ]
-        assert [a - b for a, b in zip(was, now, strict=True)] == held
+        assert [a - b for a, b in zip(room, left, strict=True)] == held
     # the lower tier's current pods fit what the frozen pods leave, and adding the frozen pods
     # back gives the current placement of the whole problem
     phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)

@@ -39,7 +39,9 @@ def _instance(seed: int, k: int = 5) -> tuple[list[float], list[tuple[int, ...]]
     rng = random.Random(seed)
     values = [rng.uniform(0.1, 2.0) for _ in range(k)]
     # cpu in millicores, memory in bytes, one pod: the generator's ranges
-    weights = [(rng.randint(100, 1000), rng.randint(100, 1000) * 10**6, 1) for _ in range(k)]
+    weights: list[tuple[int, ...]] = [
+        (rng.randint(100, 1000), rng.randint(100, 1000) * 10**6, 1) for _ in range(k)
+    ]
     limits = [rng.randint(1, 4) for _ in range(k)]
     return values, weights, limits
 
