@@ -60,15 +60,11 @@ def _weightings(problem: Problem, tier: int) -> list[list[int]]:
 
 
 def _permute(
-    problem: Problem, x: Assignment, groups: Sequence[Sequence[int]], weight: Sequence[int]
+    counts: np.ndarray, current: np.ndarray, groups: Sequence[Sequence[int]], weight: Sequence[int]
 ) -> Assignment:
-    """``x`` with each group's node contents assigned to its nodes so that the weighted number
-    of pods staying where they run is largest."""
-    counts = np.asarray(x, dtype=np.int64).reshape(len(x), -1)
+    """``counts`` (pods per class and node) with each group's node contents assigned to its
+    nodes so that the weighted number of pods staying where they run (``current``) is largest."""
     out = counts.copy()
-    current = np.array([cls.current for cls in problem.classes], dtype=np.int64).reshape(
-        counts.shape
-    )
     weights = np.asarray(weight, dtype=np.int64)
     for members in groups:
         nodes = np.asarray(members)
@@ -122,8 +118,13 @@ def relabel(
     start = _stays(problem, x, tiers)
     lowest = problem.tiers[-1:]
     best, best_key = x, (start[-1], start, _stays(problem, x, lowest))
+    # the counts and the current placement as matrices, once for every weighting
+    counts = np.asarray(x, dtype=np.int64).reshape(len(x), -1)
+    current = np.array([cls.current for cls in problem.classes], dtype=np.int64).reshape(
+        counts.shape
+    )
     for weight in _weightings(problem, tier):
-        y = _permute(problem, x, groups, weight)
+        y = _permute(counts, current, groups, weight)
         kept = _stays(problem, y, tiers)
         if any(a < b for a, b in zip(kept, start, strict=True)):
             continue  # a tier above would disrupt more than its fixed value allows
