@@ -10,6 +10,8 @@ from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_sta
 
 from scheduler_ext.repack import solver, swap_search
 from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
     build_problem,
     current_assignment,
     empty_assignment,
@@ -80,13 +82,18 @@ def test_an_unmet_start_is_returned_unchanged() -> None:
     assert swap_search.search(problem, x, 0, until=10, clock=ticks()) is x
 
 
-def test_a_disrupt_phase_rebuild_keeps_the_placed_count_with_fewer_moves() -> None:
+def _place_phase_packing() -> tuple[Problem, int, Assignment]:
+    """A place phase's packing of the first 16-node, 8-pods-per-node instance at 100 % usage:
+    the pattern-LP bound of 127 pods, with many moves. (problem, tier, packing)"""
     ((_, snapshot),) = instances(Cell(16, 8, 100, 1), 1)
     problem = build_problem(snapshot)
     tier = problem.tiers[0]
     start, _ = best_start(problem, empty_assignment(problem), tier)
-    # the place phase's packing: the pattern-LP bound of 127 pods, with many moves
-    packed = swap_search.search(problem, start, tier, until=320, clock=ticks())
+    return problem, tier, swap_search.search(problem, start, tier, until=320, clock=ticks())
+
+
+def test_a_disrupt_phase_rebuild_keeps_the_placed_count_with_fewer_moves() -> None:
+    problem, tier, packed = _place_phase_packing()
     placed, moves = tier_value(problem, packed, tier)
     assert placed == 127
     fixes = [Fix("placed", tier, "==", placed)]
@@ -115,3 +122,48 @@ def test_a_rebuild_that_cannot_change_stops_early() -> None:
     rebuilt = phases._rebuild(0, x, [Fix("placed", 0, "==", 9)], 1.0, deadline=10**6)
     assert rebuilt == x
     assert next(readings) < 20
+
+
+def test_undoing_moves_keeps_the_placed_count_with_fewer_moves() -> None:
+    problem, tier, packed = _place_phase_packing()
+    fixes = [Fix("placed", tier, "==", tier_value(problem, packed, tier)[0])]
+    phases = solver._Phases(problem, SolveOptions(time_limit=1), ticks())
+    # the place phase's packing relabelled, as a disrupt phase starts from it (20 moves)
+    relabelled = phases.relabelled(packed, fixes, tier)
+    placed, moves = tier_value(problem, relabelled, tier)
+    # a clock reading per round and per repair step: a few dozen rounds
+    found = swap_search.undo_moves(problem, relabelled, tier, until=1500, clock=ticks())
+    assert feasible(problem, found, problem.active(tier))
+    assert tier_value(problem, found, tier)[0] == placed
+    # measured: 15 moves for 1 500 readings (seeds 1-3: 15-18; the best-known outcome has 13):
+    # at least three fewer is what every seed tried reached
+    assert tier_value(problem, found, tier)[1] >= moves + 3
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_undoing_moves_is_never_worse_and_keeps_the_higher_tiers_values(seed: int) -> None:
+    problem = build_problem(generate(Cell(8, 8, 100, 2), seed))
+    low, x = lowest_tier_start(problem)
+    y = swap_search.undo_moves(problem, x, low, until=400, clock=ticks(), seed=seed)
+    assert feasible(problem, y, problem.active(low))
+    assert tier_value(problem, y, low) >= tier_value(problem, x, low)
+    assert tier_value(problem, y, low)[0] == tier_value(problem, x, low)[0]
+    # a higher tier's pods never leave the cluster, and its moved pods may only come home
+    for p in problem.tiers[:-1]:
+        placed, moved = tier_value(problem, y, p)
+        assert placed == tier_value(problem, x, p)[0]
+        assert moved >= tier_value(problem, x, p)[1]
+
+
+def test_undoing_moves_with_no_pod_moved_returns_at_once() -> None:
+    problem = build_problem(parse_list(fragmentation_list()))
+    x = current_assignment(problem)  # every pod where it runs: nothing to undo
+    readings = itertools.count()
+    clock = ticks()
+
+    def counted() -> float:
+        next(readings)
+        return clock()
+
+    assert swap_search.undo_moves(problem, x, 0, until=10**6, clock=counted) == x
+    assert next(readings) < 5
