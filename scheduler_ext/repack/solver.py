@@ -32,10 +32,7 @@ in a lower tier that does not), then, unless that proved the phase, the search i
 cores but one until the phase ends, beside the LNS (and, with time, the knapsack-priced pattern LP);
 a bound met by either side stops the other, and the phase ends when the search does.
 
-A disrupt phase whose place phase found no listing (on SHORT_MIN_NODES nodes or more only with a
-second or more) first rebuilds packings with the swap search from where the pods run, up to the
-placed count fixed, with disruption weighing more (``_rebuild``). A disrupt phase of the class
-formulation then gets the per-node pattern-LP lower bound of
+A disrupt phase of the class formulation gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
 or more an LNS that undoes moves (first the swap search's iterated undoing of moves,
 ``swap_search.undo_moves``, then CP-SAT refills of neighbourhoods), then one search with that
@@ -84,7 +81,6 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
     freeze_above,
-    greedy_complete,
     pods_for,
 )
 from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution
@@ -120,13 +116,6 @@ LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
 # a place phase of the class formulation first gives the swap search up to this share of its time
 SWAP_SHARE = 0.25
-# a disrupt phase whose place phase did not list patterns rebuilds packings with the swap search
-# for this share of its time, disruption weighing these in turn (measured with the first on
-# n16-ppn8-u100-k1 and n8-ppn8-u105-k1: 15 and 12 moves where the place phase's packing needed
-# 20 and 24), and each search ending this many steps after its last gain
-REBUILD_SHARE = 0.5
-REBUILD_MUS = (0.1, 0.2, 0.05)
-REBUILD_STALL = 400
 # a disrupt phase's LNS first gives this share of its time to the swap search's iterated undoing
 # of moves (``swap_search.undo_moves``; measured at 10 s on the 30 hardest grid instances, 8-32
 # nodes: 8 end with fewer moves than with LNS alone, none with more, 767 moves in all against
@@ -584,20 +573,6 @@ class _Phases:
         use_patterns = maximise and use_bounds
         best = incumbent
         cut: int | None = None
-        if (
-            use_bounds
-            and not maximise
-            and best is not None
-            and self._unlisted.get(tier)
-            and (len(problem.node_names) < SHORT_MIN_NODES or seconds >= MIN_BOUND_SECONDS)
-        ):
-            # a tight packing whose patterns do not list: the swap search rebuilt from where the
-            # pods run finds packings with fewer moves than LNS makes of the place phase's (on
-            # 32 nodes a rebuild takes 0.5-1 s: a shorter phase keeps its time for the LNS)
-            best = hint = self._rebuild(tier, best, fixes, REBUILD_SHARE, deadline)
-            if value(best) == bound:
-                self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
-                return best, bound, True
         # a large disrupt phase with under a second: CP-SAT returns nothing there (presolve
         # alone takes most of the time), so LNS gets all of it
         short_disrupt = (
@@ -978,51 +953,6 @@ class _Phases:
         ):
             return found
         return x
-
-    def _rebuild(
-        self, tier: int, x: Assignment, fixes: Sequence[Fix], share: float, deadline: float
-    ) -> Assignment:
-        """A disrupt phase's packings rebuilt by the swap search for ``share`` of its remaining
-        time: each from the pods where they run (the higher tiers as in ``x``, the tier's own
-        kept where they still fit, the rest first-fit), up to the placed count the place phase
-        fixed, with disruption weighing REBUILD_MUS (in turn, a seed each) and growing with the
-        overload weights so that it keeps its weight. The least disruptive one that meets the
-        fixes, or ``x``."""
-        problem = self.problem
-        placed = [f for f in fixes if f.kind == "placed" and f.tier == tier]
-        if not placed:
-            return x
-        own = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
-        higher = [
-            list(row) if cls.priority > tier else [0] * len(row)
-            for row, cls in zip(x, problem.classes, strict=True)
-        ]
-        start = greedy_complete(problem, higher, own)
-        until = self.clock() + share * (deadline - self.clock())
-        best = x
-        attempt = idle = 0
-        # (a start that cannot change returns at once: after each weight has failed, stop)
-        while self.clock() < until and idle < len(REBUILD_MUS):
-            found = swap_search.search(
-                problem,
-                start,
-                tier,
-                until,
-                self.clock,
-                self.options.seed + attempt,
-                placed[-1].value,
-                REBUILD_MUS[attempt % len(REBUILD_MUS)],
-                scaled=True,
-                stall=REBUILD_STALL,
-            )
-            attempt += 1
-            idle = idle + 1 if found is start else 0
-            found = relabel(problem, found, tier, self.groups)
-            if _satisfies(problem, found, fixes, tier) and _key(problem, found, tier) > _key(
-                problem, best, tier
-            ):
-                best = found
-        return best
 
     def _patterns(
         self,

@@ -13,7 +13,7 @@ once with numpy:
   resources of weight[b, r] * excess / mean request, plus ``mu`` per unit of disruption (moves
   1, evictions 2, as the phases count it): by default (MU) a tie-break that keeps pods where they
   run; ``scaled``, ``mu`` times the mean weight, so that disruption keeps its weight while the
-  weights grow (the disrupt phase's rebuilds);
+  weights grow (``undo_moves`` below);
 * the sources of a step's moves are the pods on one overloaded node, drawn at random; it takes
   the cheapest move that is not tabu (a class that left a node may not return there for a few
   steps); when no move lowers the cost, the weights of the overloaded resources grow instead (a
@@ -21,7 +21,7 @@ once with numpy:
 
 Every time the state fits it is recorded and one more unplaced pod of the tier goes where it
 overloads least, so the search then works on fitting one pod more. It ends at the target, at
-the deadline, or ``stall`` steps after its last gain. Measured on the grid's tight cells
+the deadline, or STALL_STEPS steps after its last gain. Measured on the grid's tight cells
 (8-32 nodes, 8 pods per node, 100-105 % usage): 1-6 pods more than the greedy start within
 0.2 s, more than 60 s solves of CP-SAT with LNS had found, each within 150 steps of the last.
 
@@ -78,22 +78,19 @@ def search(
     clock: Callable[[], float],
     seed: int = 0,
     target: int | None = None,
-    mu: float = MU,
-    scaled: bool = False,
-    stall: int = STALL_STEPS,
 ) -> Assignment:
     """An assignment placing more pods of the tier and above than ``x`` (or ``x``), found until
     ``clock()`` passes ``until``, the placed count reaches ``target`` or the search stalls."""
     active = problem.active(tier)
     if not feasible(problem, x, active):
         return x
-    state = _State(problem, x, tier, random.Random(seed), mu, scaled)
+    state = _State(problem, x, tier, random.Random(seed))
     best = x
     value = tier_value(problem, best, tier)
     if target is not None and value[0] >= target:
         return x
     step = last = 0
-    while step - last < stall:
+    while step - last < STALL_STEPS:
         step += 1
         # the clock every step: a step takes 0.3-30 ms (8 to 128 nodes), a clock read far less
         if clock() >= until:
