@@ -117,9 +117,10 @@ LNS_DISRUPT_SHARE = 0.3
 # a place phase of the class formulation first gives the swap search up to this share of its time
 SWAP_SHARE = 0.25
 # a disrupt phase's LNS first gives this share of its time to the swap search's iterated undoing
-# of moves (``swap_search.undo_moves``; measured at 10 s on the 30 hardest grid instances, 8-32
-# nodes: 8 end with fewer moves than with LNS alone, none with more, 767 moves in all against
-# 806; at 1 s the grid reached as many best-known outcomes with the whole share as with this)
+# of moves (``swap_search.undo_moves``). Measured at 10 s on the 30 hardest grid instances, 8-32
+# nodes, against LNS alone after packings rebuilt from where the pods run: 10 end with fewer
+# moves, none with more, 720 moves in all against 806; at 1 s the grid is the same within noise,
+# with this share or all of it
 UNDO_SHARE = 0.7
 # on this many nodes a phase with less than MIN_BOUND_SECONDS changes course: a place phase runs
 # LNS then one search without the pattern LP (on 32 nodes it kept the trivial bound), a disrupt
