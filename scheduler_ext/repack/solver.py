@@ -936,6 +936,7 @@ class _Phases:
                 self.clock() + UNDO_SHARE * (until - self.clock()),
                 clock or self.clock,
                 self.options.seed,
+                target,
             )
         if not swaps:
             found = lns.improve(

@@ -124,7 +124,7 @@ def test_undoing_moves_is_never_worse_and_keeps_the_higher_tiers_values(seed: in
         assert moved >= tier_value(problem, x, p)[1]
 
 
-def test_undoing_moves_with_no_pod_moved_returns_at_once() -> None:
+def test_undoing_moves_with_no_pod_to_bring_back_returns_at_once() -> None:
     problem = build_problem(parse_list(fragmentation_list()))
     x = current_assignment(problem)  # every pod where it runs: nothing to undo
     readings = itertools.count()
@@ -136,3 +136,30 @@ def test_undoing_moves_with_no_pod_moved_returns_at_once() -> None:
 
     assert swap_search.undo_moves(problem, x, 0, until=10**6, clock=counted) == x
     assert next(readings) < 5
+    # a pod evicted, none moved: bringing it back would add a pod, so nothing can be undone
+    c = next(c for c, row in enumerate(x) if any(row))
+    x[c][next(n for n, k in enumerate(x[c]) if k)] -= 1
+    assert swap_search.undo_moves(problem, x, 0, until=10**6, clock=counted) == x
+    assert next(readings) < 10
+
+
+def test_undoing_moves_stops_at_its_target() -> None:
+    problem, tier, packed = _place_phase_packing()
+    moves = -tier_value(problem, packed, tier)[1]
+    readings = itertools.count()
+    clock = ticks()
+
+    def counted() -> float:
+        next(readings)
+        return clock()
+
+    # the packing already meets a bound of its own disruption: nothing is tried
+    found = swap_search.undo_moves(problem, packed, tier, 10**6, counted, target=moves)
+    assert found == packed
+    assert next(readings) < 5
+    # one move fewer than the packing's (20) is found after 497 readings, and the search stops
+    # there: a search that went on would read the clock until 10**6 (the bound is 4x, for other
+    # tie-breaks)
+    found = swap_search.undo_moves(problem, packed, tier, 10**6, counted, target=moves - 1)
+    assert -tier_value(problem, found, tier)[1] == moves - 1
+    assert next(readings) < 2000
