@@ -115,29 +115,26 @@ def undo_moves(
     clock: Callable[[], float],
     seed: int = 0,
     target: int | None = None,
-    mu: float = UNDO_MU,
-    kicks: int = KICKS,
-    steps: int = REPAIR_STEPS,
 ) -> Assignment:
     """``x`` with fewer moves at the same placed count (a disrupt phase's packing), found until
     ``clock()`` passes ``until`` or the disruption is down to ``target`` (a bound: nothing
-    less exists), by an iterated local search: each round sends 1 to ``kicks``
+    less exists), by an iterated local search: each round sends 1 to KICKS
     moved pods of the best assignment so far back to the nodes they run on (a pod of the same
     class leaves a node that holds more of it than it runs there, so the count stays), which
     overloads those nodes, and the weighted search repairs the overload with disruption
-    weighing ``mu`` (scaled with the weights), for at most ``steps`` steps. A repair that fits
-    and is no worse becomes the best (an equal one too: the search walks across plateaus)."""
+    weighing UNDO_MU (scaled with the weights), for at most REPAIR_STEPS steps. A repair that
+    fits and is no worse becomes the best (an equal one too: the search walks across plateaus)."""
     active = problem.active(tier)
     if not feasible(problem, x, active):
         return x
     rng = random.Random(seed)
     best, value = x, tier_value(problem, x, tier)
     while clock() < until and (target is None or -value[1] > target):
-        kicked = _kick(problem, best, active, rng, rng.randint(1, kicks))
+        kicked = _kick(problem, best, active, rng, rng.randint(1, KICKS))
         if kicked is None:
             break  # nothing moved: nothing to undo
-        state = _State(problem, kicked, tier, rng, mu, scaled=True)
-        for _ in range(steps):
+        state = _State(problem, kicked, tier, rng, UNDO_MU, scaled=True)
+        for _ in range(REPAIR_STEPS):
             if state.fits() or clock() >= until or not state.step():
                 break
         if not state.fits():

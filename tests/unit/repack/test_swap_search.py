@@ -1,9 +1,11 @@
 """The swap search: never worse, always feasible, higher tiers untouched, and on the grid's tight
-eight-pods-per-node cells it places more than the greedy start within a few hundred steps."""
+eight-pods-per-node cells it places more than the greedy start within a few hundred steps; its
+undoing of moves keeps the placed count, moves fewer pods and stops when nothing is left to do."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable, Iterator
 
 import pytest
 from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_start, ticks
@@ -124,9 +126,8 @@ def test_undoing_moves_is_never_worse_and_keeps_the_higher_tiers_values(seed: in
         assert moved >= tier_value(problem, x, p)[1]
 
 
-def test_undoing_moves_with_no_pod_to_bring_back_returns_at_once() -> None:
-    problem = build_problem(parse_list(fragmentation_list()))
-    x = current_assignment(problem)  # every pod where it runs: nothing to undo
+def _counting_ticks() -> tuple[Callable[[], float], Iterator[int]]:
+    """A ``ticks`` clock and the count of its readings (``next`` on it: readings so far)."""
     readings = itertools.count()
     clock = ticks()
 
@@ -134,6 +135,13 @@ def test_undoing_moves_with_no_pod_to_bring_back_returns_at_once() -> None:
         next(readings)
         return clock()
 
+    return counted, readings
+
+
+def test_undoing_moves_with_no_pod_to_bring_back_returns_at_once() -> None:
+    problem = build_problem(parse_list(fragmentation_list()))
+    x = current_assignment(problem)  # every pod where it runs: nothing to undo
+    counted, readings = _counting_ticks()
     assert swap_search.undo_moves(problem, x, 0, until=10**6, clock=counted) == x
     assert next(readings) < 5
     # a pod evicted, none moved: bringing it back would add a pod, so nothing can be undone
@@ -146,13 +154,7 @@ def test_undoing_moves_with_no_pod_to_bring_back_returns_at_once() -> None:
 def test_undoing_moves_stops_at_its_target() -> None:
     problem, tier, packed = _place_phase_packing()
     moves = -tier_value(problem, packed, tier)[1]
-    readings = itertools.count()
-    clock = ticks()
-
-    def counted() -> float:
-        next(readings)
-        return clock()
-
+    counted, readings = _counting_ticks()
     # the packing already meets a bound of its own disruption: nothing is tried
     found = swap_search.undo_moves(problem, packed, tier, 10**6, counted, target=moves)
     assert found == packed
