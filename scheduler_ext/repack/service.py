@@ -216,6 +216,11 @@ def parse_run_request(body: bytes, max_time_limit: float) -> RunRequest:
     return RunRequest(float(limit) if limit is not None else None, dry_run)
 
 
+def load_solver() -> None:
+    """Imports the solver (the first thing a solver process does)."""
+    import scheduler_ext.repack.live  # noqa: F401
+
+
 def solver_process_pool() -> Executor:
     """One spawned worker process for solves (spawn: the extender has threads, fork is unsafe)."""
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
@@ -480,6 +485,11 @@ class RepackService:
 
     async def run_background(self, watch: UnscheduledWatch | None, every: float = 1.0) -> None:
         """The trigger's pod watch and a check every ``every`` seconds; runs until cancelled."""
+        # the solver process loads the solver now, not when the first run needs it (its search
+        # is compiled at import: seconds, in every process where no cache can be written)
+        if self._executor is None:
+            self._executor = self._new_executor()
+        self._executor.submit(load_solver)
         watcher: asyncio.Task[None] | None = (
             asyncio.create_task(
                 watch(self.on_unscheduled_list, self.on_unscheduled_event), name="repack-watch"

@@ -13,10 +13,11 @@ phase is proven without calling CP-SAT.
 
 A place phase of the class formulation whose patterns do not list within LIST_SHARE of it (eight
 pods per node; many small classes) first gets the swap search (``swap_search``: single moves of pods
-off overloaded nodes with breakout weights, which finds the last pods of tight packings in tenths
-of a second); every LNS call of a place phase also starts with it. A place phase first gets the
-pattern-LP bound of ``bounds`` when every node group's maximal patterns can be listed
-(``patterns``; about four pods per node): priced exactly,
+off overloaded nodes with breakout weights, compiled, which finds the last pods of tight packings
+in hundredths of a second), then keeps UNLISTED_PROOF_SHARE of what is left for the searches that
+may prove its count, and hands the rest on; every LNS call of a place phase also starts with it.
+A place phase first gets the pattern-LP bound of ``bounds`` when every node group's maximal
+patterns can be listed (``patterns``; about four pods per node): priced exactly,
 that LP bounds the phase tightly, and in the first tier its dive packs to the bound, which proves
 the phase at once. A lower tier dives too when the tiers above may disrupt nothing (their disruption
 settled at 0): the LP then works without their running pods, which stay where they are (``_Frozen``,
@@ -35,7 +36,8 @@ a bound met by either side stops the other, and the phase ends when the search d
 A disrupt phase of the class formulation gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
 or more an LNS that undoes moves (first the swap search's iterated undoing of moves,
-``swap_search.undo_moves``, then CP-SAT refills of neighbourhoods), then one search with that
+``swap_search.undo_moves``, one chain a core when no search runs beside it, then CP-SAT refills
+of neighbourhoods), then one search with that
 bound as a cut; on SHORT_MIN_NODES nodes
 or more with less than MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what
 they leave lists quickly: ``_quick_bound``). Otherwise, on several cores, that search runs in a
@@ -116,6 +118,13 @@ LNS_SHARE = 0.5
 LNS_DISRUPT_SHARE = 0.3
 # a place phase of the class formulation first gives the swap search up to this share of its time
 SWAP_SHARE = 0.25
+# a place phase whose patterns do not list keeps this share of what the swap search leaves of
+# it, for the searches that may prove its count. Measured against the whole phase on the 96
+# grid instances at 1 s (two runs each): the same pods placed in every instance, and the
+# disrupt phases that get the rest moved fewer pods (n32-ppn8-u100-k2: 24 and 29 moves against
+# 30 and 30); at 10 s, the 48 cells with 8 pods per node were proven as often (35) even with
+# no share at all
+UNLISTED_PROOF_SHARE = 0.2
 # a disrupt phase's LNS first gives this share of its time to the swap search's iterated undoing
 # of moves (``swap_search.undo_moves``). Measured at 10 s on the 30 hardest grid instances, 8-32
 # nodes, against LNS alone after packings rebuilt from where the pods run: 10 end with fewer
@@ -654,6 +663,11 @@ class _Phases:
             if value(best) == bound:
                 self._report(tier, phase, "OPTIMAL", started, bound, bound, False)
                 return best, bound, True
+            # what follows (LNS, the whole-model search, the knapsack-priced pattern LP) has
+            # not placed a pod more than this search on the grid: it is left the share of the
+            # phase that may prove its count, and the rest flows on to the disrupt phase
+            deadline = self.clock() + UNLISTED_PROOF_SHARE * (deadline - self.clock())
+            seconds = deadline - started
         if (
             use_patterns
             and best is not None
@@ -929,6 +943,8 @@ class _Phases:
         if keep_placed:
             # disrupting: the swap search's iterated undoing of moves first (single moves repair
             # what a kick overloads, far more rounds than LNS refills), LNS for the rest
+            # one chain of it a core, when no search runs beside (its compiled rounds release
+            # the GIL)
             found = swap_search.undo_moves(
                 self.problem,
                 found,
@@ -937,6 +953,7 @@ class _Phases:
                 clock or self.clock,
                 self.options.seed,
                 target,
+                chains=_cores(self.options) if clock is None else 1,
             )
         if not swaps:
             found = lns.improve(

@@ -53,8 +53,9 @@ def test_tight_cells_gain_pods_within_a_few_hundred_steps(cell: Cell, gain: int)
     tier = problem.tiers[0]
     start, ok = best_start(problem, empty_assignment(problem), tier)
     assert ok
-    # a clock reading per step: at most 320 steps
-    found = swap_search.search(problem, start, tier, until=320, clock=ticks())
+    # a clock reading per CHUNK_STEPS (32) steps and per packing found: at most 640 steps
+    # (measured: the gains are reached within 20 readings, and 5 readings fall 1-4 pods short)
+    found = swap_search.search(problem, start, tier, until=20, clock=ticks())
     assert feasible(problem, found, problem.active(tier))
     assert tier_value(problem, found, tier)[0] >= tier_value(problem, start, tier)[0] + gain
 
@@ -102,13 +103,13 @@ def test_undoing_moves_keeps_the_placed_count_with_fewer_moves() -> None:
     relabelled = phases.relabelled(packed, fixes, tier)
     placed, moves = tier_value(problem, relabelled, tier)
     assert placed == 127
-    # a clock reading per round and per repair step: a few dozen rounds
+    # a clock reading per CHUNK_ROUNDS (2) rounds: at most 3 000 rounds
     found = swap_search.undo_moves(problem, relabelled, tier, until=1500, clock=ticks())
     assert feasible(problem, found, problem.active(tier))
     assert tier_value(problem, found, tier)[0] == placed
-    # measured: 15 moves for 1 500 readings (seeds 1-3: 15-18; the best-known outcome has 13):
-    # at least three fewer is what every seed tried reached
-    assert tier_value(problem, found, tier)[1] >= moves + 3
+    # measured: 12 moves for 1 500 readings (seeds 1-3: 15, 14, 12; the best-known outcome has
+    # 12): at least five fewer is what every seed tried reached
+    assert tier_value(problem, found, tier)[1] >= moves + 5
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -159,9 +160,38 @@ def test_undoing_moves_stops_at_its_target() -> None:
     found = swap_search.undo_moves(problem, packed, tier, 10**6, counted, target=moves)
     assert found == packed
     assert next(readings) < 5
-    # one move fewer than the packing's (20) is found after 497 readings, and the search stops
-    # there: a search that went on would read the clock until 10**6 (the bound is 4x, for other
-    # tie-breaks)
+    # one move fewer than the packing's (20) is found after 7 readings, and the search stops
+    # there: a search that went on would read the clock until 10**6 (the bound leaves room for
+    # other random draws)
     found = swap_search.undo_moves(problem, packed, tier, 10**6, counted, target=moves - 1)
     assert -tier_value(problem, found, tier)[1] == moves - 1
-    assert next(readings) < 2000
+    assert next(readings) < 200
+
+
+def test_a_restart_after_a_stall_finds_the_last_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seed 2 on the 32-node, 8-pods-per-node instance at 105 % usage stalls one pod short of
+    the best-known 248 (measured: 2 of 10 seeds do); started again from its best state with
+    fresh weights it places that pod."""
+    ((_, snapshot),) = instances(Cell(32, 8, 105, 1), 1)
+    problem = build_problem(snapshot)
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, empty_assignment(problem), tier)
+    placed = {}
+    for restarts in (0, swap_search.RESTARTS):
+        monkeypatch.setattr(swap_search, "RESTARTS", restarts)
+        found = swap_search.search(problem, start, tier, until=10**6, clock=ticks(), seed=2)
+        assert feasible(problem, found, problem.active(tier))
+        placed[restarts] = tier_value(problem, found, tier)[0]
+    assert placed == {0: 247, swap_search.RESTARTS: 248}
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_undoing_moves_on_several_chains_is_never_worse(seed: int) -> None:
+    """Two chains run side by side in threads (the clock is read from both): the best of them
+    is valid, keeps the placed count and moves fewer pods than the packing (one chain alone
+    needs 7 readings for one move fewer, and they share 400 here)."""
+    problem, tier, packed = _place_phase_packing()
+    found = swap_search.undo_moves(problem, packed, tier, 400, ticks(), seed=seed, chains=2)
+    assert feasible(problem, found, problem.active(tier))
+    assert tier_value(problem, found, tier)[0] == tier_value(problem, packed, tier)[0]
+    assert tier_value(problem, found, tier) > tier_value(problem, packed, tier)
