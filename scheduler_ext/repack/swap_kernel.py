@@ -100,29 +100,61 @@ def fits(load: np.ndarray, capacity: np.ndarray) -> bool:
     return True
 
 
-@_compiled(f64(I2, I2, I2, F1, F2, i64, i64, i64))
-def _penalty(
+@_compiled(i64(I2, I2, I2, F1, F2, I2, F2, I1))
+def _rooms(
     demand: np.ndarray,
-    load: np.ndarray,
     capacity: np.ndarray,
+    load: np.ndarray,
     scale: np.ndarray,
     weight: np.ndarray,
+    room: np.ndarray,
+    unit: np.ndarray,
+    active: np.ndarray,
+) -> int:
+    """Fills room[b, r] (capacity left), unit[b, r] (the weighted cost of a unit of overload)
+    and ``active``, the resources a step may overload: those where some node has less room
+    than the largest request (elsewhere no shift, swap or trade can overload, and no node is
+    overloaded: the pods resource, mostly). Returns how many are active."""
+    n_active = 0
+    for r in range(demand.shape[1]):
+        largest = 0
+        for i in range(demand.shape[0]):
+            largest = max(largest, demand[i, r])
+        tight = False
+        for b in range(load.shape[0]):
+            room[b, r] = capacity[b, r] - load[b, r]
+            unit[b, r] = scale[r] * weight[b, r]
+            tight = tight or room[b, r] < largest
+        if tight:
+            active[n_active] = r
+            n_active += 1
+    return n_active
+
+
+@_compiled(f64(I2, I2, F2, I1, i64, i64, i64, i64))
+def _penalty(
+    demand: np.ndarray,
+    room: np.ndarray,
+    unit: np.ndarray,
+    active: np.ndarray,
+    n_active: int,
     b: int,
     add: int,
     sub: int,
 ) -> float:
     """Weighted overload of node b with a pod of class ``add`` more on it and one of class
     ``sub`` off it (-1: none; class indices rather than request rows, so the inner loops make
-    no array views)."""
+    no array views), on the active resources (``_rooms``)."""
     out = 0.0
-    for r in range(load.shape[1]):
-        excess = load[b, r] - capacity[b, r]
+    for j in range(n_active):
+        r = active[j]
+        excess = -room[b, r]
         if add >= 0:
             excess += demand[add, r]
         if sub >= 0:
             excess -= demand[sub, r]
         if excess > 0:
-            out += excess * scale[r] * weight[b, r]
+            out += excess * unit[b, r]
     return out
 
 
@@ -203,13 +235,17 @@ def insert(
     left (or none may go anywhere)."""
     unplaced = _unplaced(_placed(counts), own, total)
     m = _mu(mu, scaled, weight)
+    room = np.empty_like(load)
+    unit = np.empty_like(weight)
+    active = np.empty(load.shape[1], dtype=np.int64)
+    n_act = _rooms(demand, capacity, load, scale, weight, room, unit, active)
     best, best_i, best_b = np.inf, -1, -1
     for u in unplaced:
         for b in range(counts.shape[1]):
             if not eligible[u, b]:
                 continue
-            cost = _penalty(demand, load, capacity, scale, weight, b, u, -1) - _penalty(
-                demand, load, capacity, scale, weight, b, -1, -1
+            cost = _penalty(demand, room, unit, active, n_act, b, u, -1) - _penalty(
+                demand, room, unit, active, n_act, b, -1, -1
             )
             if counts[u, b] < current[u, b]:
                 cost -= m
@@ -279,10 +315,14 @@ def step(
             n_src += 1
     if n_src == 0:
         return False
+    room = np.empty_like(load)
+    unit = np.empty_like(weight)
+    active = np.empty(n_res, dtype=np.int64)
+    n_act = _rooms(demand, capacity, load, scale, weight, room, unit, active)
     pen = np.empty(n_nodes)
     here = np.empty(n_classes)
     for b in range(n_nodes):
-        pen[b] = _penalty(demand, load, capacity, scale, weight, b, -1, -1)
+        pen[b] = _penalty(demand, room, unit, active, n_act, b, -1, -1)
     m = _mu(mu, scaled, weight)
     placed = _placed(counts)
     unplaced = _unplaced(placed, own, total)
@@ -291,7 +331,7 @@ def step(
     for s in range(n_src):
         i = sources[s]
         lose_i = 1.0 if counts[i, node] <= current[i, node] and current[i, node] > 0 else 0.0
-        left = _penalty(demand, load, capacity, scale, weight, node, -1, i) - pen[node]
+        left = _penalty(demand, room, unit, active, n_act, node, -1, i) - pen[node]
         # shifts: to node b
         for b in range(n_nodes):
             if b == node or not eligible[i, b] or tabu[i, b] > now:
@@ -299,7 +339,7 @@ def step(
             gain = -1.0 if counts[i, b] < current[i, b] else 0.0
             cost = (
                 left
-                + _penalty(demand, load, capacity, scale, weight, b, i, -1)
+                + _penalty(demand, room, unit, active, n_act, b, i, -1)
                 - pen[b]
                 + m * (lose_i + gain)
             )
@@ -312,7 +352,7 @@ def step(
         # alone (computed once a class), and no swap costs less than that change, less b's
         # overload, less two stays gained: most pairs are skipped on that bound alone
         for k in range(n_classes):
-            here[k] = _penalty(demand, load, capacity, scale, weight, node, k, i) - pen[node]
+            here[k] = _penalty(demand, room, unit, active, n_act, node, k, i) - pen[node]
         least = m * (lose_i - 2.0)
         for p in range(n_pairs):
             k, b = pair_i[p], pair_b[p]
@@ -329,12 +369,7 @@ def step(
                 dis += 1.0
             if counts[k, node] < current[k, node]:
                 dis -= 1.0
-            cost = (
-                here[k]
-                + _penalty(demand, load, capacity, scale, weight, b, i, k)
-                - pen[b]
-                + m * dis
-            )
+            cost = here[k] + _penalty(demand, room, unit, active, n_act, b, i, k) - pen[b] + m * dis
             if cost < best:
                 best, kind, best_i, best_a, best_b = cost, 1, i, k, b
     if unplaced.size:
@@ -353,11 +388,7 @@ def step(
                     dis -= 1.0
                 if placed[u] < running[u]:
                     dis -= 1.0
-                cost = (
-                    _penalty(demand, load, capacity, scale, weight, node, u, i)
-                    - pen[node]
-                    + m * dis
-                )
+                cost = _penalty(demand, room, unit, active, n_act, node, u, i) - pen[node] + m * dis
                 if cost < best:
                     best, kind, best_i, best_a, best_b = cost, 2, i, u, -1
     if kind < 0 or best >= -EPS:
