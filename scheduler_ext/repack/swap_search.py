@@ -25,8 +25,8 @@ overloads least, so the search then works on fitting one pod more. After STALL_S
 without a gain it starts again from its best state with fresh weights, up to RESTARTS times;
 it ends there, at the target or at the deadline. Measured on the grid's tight cells (8-32
 nodes, 8 pods per node, 100-105 % usage): 2-9 pods more than the greedy start within 5-80 ms,
-as many as the best-known outcomes (one more on one cell), each within 150 steps of the last;
-on 32 nodes at 105 % usage 2 of 10 seeds stalled one pod short, and restarts placed it in one.
+as many as the best-known outcomes (one more on one cell); see STALL_STEPS for how often a
+search reaches them from the greedy start.
 
 A disrupt phase's packing is improved by the same moves (``undo_moves``), as an iterated local
 search: a kick sends one to three moved pods back to the nodes they run on, the weighted search
@@ -57,9 +57,13 @@ from scheduler_ext.repack.heuristics import tier_value
 
 # disruption's weight, in mean requests of overload (a tie-break only)
 MU = 0.01
-# the search ends after this many steps without a better state that fits (measured on the grid's
-# tight cells, 8-32 nodes: every gain came within 150 steps of the one before)
-STALL_STEPS = 150
+# a try ends after this many steps without a better state that fits, and the search starts
+# again from its best state up to RESTARTS times. Measured from the greedy starts of 32-node
+# cells, 20 seeds each: with 150 steps 1 seed reached the best-known 123 pods at 4 pods per node
+# and 105 % usage, 4 reached 127 at 100 %, 19 reached 248 at 8 pods per node and 105 %; with
+# 1 000 steps 14, 11 and 20 (0.07-0.09 s a search at 4 pods per node, 0.36 s at 8, which the
+# phase's share cuts short); with 2 000, 19, 13 and 20
+STALL_STEPS = 1000
 RESTARTS = 4
 # ``undo_moves``: disruption's weight (scaled), most pods sent back per round, and the steps a
 # repair may take. Measured for one second from the packings of 1 s solves, mean moves of five
