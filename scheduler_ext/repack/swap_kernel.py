@@ -48,8 +48,11 @@ F1, F2 = types.float64[::1], types.float64[:, ::1]
 B1, B2 = types.boolean[::1], types.boolean[:, ::1]
 i64, f64, b1 = types.int64, types.float64, types.boolean
 PAIR = types.UniTuple(types.int64, 2)
-# step's arguments: the fixed arrays, the mutable ones, mu and scaled
-STEP_ARGS = (I2, I2, I2, B2, B1, B1, I1, I1, F1, I2, I2, I2, F2, I2, I1, f64, b1)
+# the state, as two tuples: the fixed arrays (demand, capacity, current, eligible, own,
+# may_leave, running, total, scale) and the mutable ones (counts, load, pinned, weight, tabu,
+# meta)
+FIXED = types.Tuple((I2, I2, I2, B2, B1, B1, I1, I1, F1))
+STATE = types.Tuple((I2, I2, I2, F2, I2, I1))
 
 # tabu tenure: a class that left a node may not return there for this many steps (plus a random
 # part up to the same again, so that cycles of the same length do not repeat)
@@ -58,7 +61,7 @@ TENURE = 7
 BUMP = 1.0
 # a step's cost change at or above this is no improvement (float round-off)
 EPS = 1e-9
-# what ``advance`` and ``step`` report
+# what ``advance`` reports
 FITS, STUCK, BUDGET = 0, 1, 2
 # meta's slots: steps taken, random state
 STEPS, RANDOM = 0, 1
@@ -214,25 +217,14 @@ def _unplaced(placed: np.ndarray, own: np.ndarray, total: np.ndarray) -> np.ndar
     return out[:k]
 
 
-@_compiled(b1(I2, I2, I2, B2, B1, I1, F1, I2, I2, F2, I2, I1, f64, b1))
+@_compiled(b1(FIXED, STATE, f64, b1))
 def insert(
-    demand: np.ndarray,
-    capacity: np.ndarray,
-    current: np.ndarray,
-    eligible: np.ndarray,
-    own: np.ndarray,
-    total: np.ndarray,
-    scale: np.ndarray,
-    counts: np.ndarray,
-    load: np.ndarray,
-    weight: np.ndarray,
-    tabu: np.ndarray,
-    meta: np.ndarray,
-    mu: float,
-    scaled: bool,
+    fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...], mu: float, scaled: bool
 ) -> bool:
     """Places one more unplaced pod of the tier where it adds least cost; False when none is
     left (or none may go anywhere)."""
+    demand, capacity, current, eligible, own, may_leave, running, total, scale = fixed
+    counts, load, pinned, weight, tabu, meta = state
     unplaced = _unplaced(_placed(counts), own, total)
     m = _mu(mu, scaled, weight)
     room = np.empty_like(load)
@@ -257,25 +249,9 @@ def insert(
     return True
 
 
-@_compiled(b1(*STEP_ARGS))
+@_compiled(b1(FIXED, STATE, f64, b1))
 def step(
-    demand: np.ndarray,
-    capacity: np.ndarray,
-    current: np.ndarray,
-    eligible: np.ndarray,
-    own: np.ndarray,
-    may_leave: np.ndarray,
-    running: np.ndarray,
-    total: np.ndarray,
-    scale: np.ndarray,
-    counts: np.ndarray,
-    load: np.ndarray,
-    pinned: np.ndarray,
-    weight: np.ndarray,
-    tabu: np.ndarray,
-    meta: np.ndarray,
-    mu: float,
-    scaled: bool,
+    fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...], mu: float, scaled: bool
 ) -> bool:
     """Takes the cheapest move of a pod on one overloaded node (drawn at random) that is not
     tabu: a shift to another node, a swap with a movable pod of another class on another node,
@@ -284,6 +260,8 @@ def step(
     unit of disruption (a stay lost 1, a stay gained -1, an eviction 1 more). When no move
     lowers the cost, the weights of the overloaded resources grow instead (a breakout). False
     when no pod can move."""
+    demand, capacity, current, eligible, own, may_leave, running, total, scale = fixed
+    counts, load, pinned, weight, tabu, meta = state
     meta[STEPS] += 1
     now = meta[STEPS]
     n_classes, n_nodes = counts.shape
@@ -409,71 +387,32 @@ def step(
     return True
 
 
-@_compiled(PAIR(*STEP_ARGS, i64))
+@_compiled(PAIR(FIXED, STATE, f64, b1, i64))
 def advance(
-    demand: np.ndarray,
-    capacity: np.ndarray,
-    current: np.ndarray,
-    eligible: np.ndarray,
-    own: np.ndarray,
-    may_leave: np.ndarray,
-    running: np.ndarray,
-    total: np.ndarray,
-    scale: np.ndarray,
-    counts: np.ndarray,
-    load: np.ndarray,
-    pinned: np.ndarray,
-    weight: np.ndarray,
-    tabu: np.ndarray,
-    meta: np.ndarray,
+    fixed: tuple[np.ndarray, ...],
+    state: tuple[np.ndarray, ...],
     mu: float,
     scaled: bool,
     budget: int,
 ) -> tuple[int, int]:
     """Steps until the state fits, no pod can move, or ``budget`` steps: (FITS, STUCK or
     BUDGET; steps taken)."""
+    capacity, load = fixed[1], state[1]
     for taken in range(budget):
         if fits(load, capacity):
             return FITS, taken
-        if not step(
-            demand,
-            capacity,
-            current,
-            eligible,
-            own,
-            may_leave,
-            running,
-            total,
-            scale,
-            counts,
-            load,
-            pinned,
-            weight,
-            tabu,
-            meta,
-            mu,
-            scaled,
-        ):
+        if not step(fixed, state, mu, scaled):
             return STUCK, taken
     return (FITS if fits(load, capacity) else BUDGET), budget
 
 
-@_compiled(types.none(I2, I2, B2, B1, I2, I2, I2, F2, I2, I1))
-def reset(
-    demand: np.ndarray,
-    current: np.ndarray,
-    eligible: np.ndarray,
-    own: np.ndarray,
-    counts: np.ndarray,
-    load: np.ndarray,
-    pinned: np.ndarray,
-    weight: np.ndarray,
-    tabu: np.ndarray,
-    meta: np.ndarray,
-) -> None:
+@_compiled(types.none(FIXED, STATE))
+def reset(fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...]) -> None:
     """The derived arrays for new counts: the load, the pinned pods (a higher tier's pods
     staying where they run, and pods where their class is not eligible), and fresh weights,
     tabu marks and step count."""
+    demand, current, eligible, own = fixed[0], fixed[2], fixed[3], fixed[4]
+    counts, load, pinned, weight, tabu, meta = state
     for b in range(load.shape[0]):
         for r in range(load.shape[1]):
             load[b, r] = 0
@@ -562,23 +501,10 @@ def _kick(current: np.ndarray, counts: np.ndarray, meta: np.ndarray, count: int)
     return True
 
 
-@_compiled(PAIR(*STEP_ARGS[:-1], I2, i64, i64, i64, i64, i64))
+@_compiled(PAIR(FIXED, STATE, f64, I2, i64, i64, i64, i64, i64))
 def undo_rounds(
-    demand: np.ndarray,
-    capacity: np.ndarray,
-    current: np.ndarray,
-    eligible: np.ndarray,
-    own: np.ndarray,
-    may_leave: np.ndarray,
-    running: np.ndarray,
-    total: np.ndarray,
-    scale: np.ndarray,
-    counts: np.ndarray,
-    load: np.ndarray,
-    pinned: np.ndarray,
-    weight: np.ndarray,
-    tabu: np.ndarray,
-    meta: np.ndarray,
+    fixed: tuple[np.ndarray, ...],
+    state: tuple[np.ndarray, ...],
     mu: float,
     best: np.ndarray,
     best_cost: int,
@@ -592,34 +518,17 @@ def undo_rounds(
     weighing ``mu`` times the mean weight, and the repair kept as the new best when it fits
     and costs no more (``cost``). Ends early at ``target``. (rounds done, best cost); rounds
     done is -1 when no pod can come back."""
+    current, running = fixed[2], fixed[6]
+    counts, meta = state[0], state[5]
     for done in range(rounds):
         if best_cost <= target:
             return done, best_cost
         _copy(best, counts)
         if not _kick(current, counts, meta, 1 + _random(meta, kicks)):
             return -1, best_cost
-        reset(demand, current, eligible, own, counts, load, pinned, weight, tabu, meta)
-        state, _ = advance(
-            demand,
-            capacity,
-            current,
-            eligible,
-            own,
-            may_leave,
-            running,
-            total,
-            scale,
-            counts,
-            load,
-            pinned,
-            weight,
-            tabu,
-            meta,
-            mu,
-            True,
-            repair_steps,
-        )
-        if state == FITS:
+        reset(fixed, state)
+        outcome, _ = advance(fixed, state, mu, True, repair_steps)
+        if outcome == FITS:
             value = cost(current, running, counts)
             if value <= best_cost:
                 _copy(counts, best)

@@ -218,17 +218,8 @@ class _State:
         self.weight = np.ones((len(self.nodes), n_res))
         self.tabu = np.zeros(shape, dtype=np.int64)
         self.meta = np.array([0, kernel.seed_state(seed)], dtype=np.int64)
-        kernel.reset(*self._fixed(), *self._mutable())
-
-    def _fixed(self) -> tuple[np.ndarray, ...]:
-        return self.demand, self.current, self.eligible, self.own
-
-    def _mutable(self) -> tuple[np.ndarray, ...]:
-        return self.counts, self.load, self.pinned, self.weight, self.tabu, self.meta
-
-    def _arrays(self) -> tuple[np.ndarray, ...]:
-        """The arguments of ``kernel.step`` and its kin, in their order."""
-        return (
+        # the arrays as the kernel takes them (``swap_kernel.FIXED`` and ``STATE``)
+        self.fixed = (
             self.demand,
             self.capacity,
             self.current,
@@ -238,8 +229,9 @@ class _State:
             self.running,
             self.total,
             self.scale,
-            *self._mutable(),
         )
+        self.state = (self.counts, self.load, self.pinned, self.weight, self.tabu, self.meta)
+        kernel.reset(self.fixed, self.state)
 
     def fits(self) -> bool:
         return bool(kernel.fits(self.load, self.capacity))
@@ -251,31 +243,14 @@ class _State:
         return rows
 
     def insert(self) -> bool:
-        return bool(
-            kernel.insert(
-                self.demand,
-                self.capacity,
-                self.current,
-                self.eligible,
-                self.own,
-                self.total,
-                self.scale,
-                self.counts,
-                self.load,
-                self.weight,
-                self.tabu,
-                self.meta,
-                self.mu,
-                self.scaled,
-            )
-        )
+        return bool(kernel.insert(self.fixed, self.state, self.mu, self.scaled))
 
     def advance(self, budget: int) -> tuple[int, int]:
-        outcome, taken = kernel.advance(*self._arrays(), self.mu, self.scaled, budget)
+        outcome, taken = kernel.advance(self.fixed, self.state, self.mu, self.scaled, budget)
         return int(outcome), int(taken)
 
     def undo_rounds(self, best: np.ndarray, cost: int, target: int, rounds: int) -> tuple[int, int]:
         done, cost = kernel.undo_rounds(
-            *self._arrays(), self.mu, best, cost, target, rounds, KICKS, REPAIR_STEPS
+            self.fixed, self.state, self.mu, best, cost, target, rounds, KICKS, REPAIR_STEPS
         )
         return int(done), int(cost)

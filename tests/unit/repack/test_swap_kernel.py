@@ -120,7 +120,7 @@ def test_undo_rounds_never_raise_the_cost_nor_change_the_placed_counts(seed: int
         assert placed() == before
         assert int(kernel.cost(state.current, state.running, best)) == cost
         state.counts[:] = best
-        kernel.reset(*state._fixed(), *state._mutable())
+        kernel.reset(state.fixed, state.state)
         assert state.fits()
         assert feasible(problem, state.assignment(packed), problem.active(low))
 
