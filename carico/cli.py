@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from types import ModuleType
@@ -60,6 +61,9 @@ def build_parser(chosen: str | None) -> tuple[argparse.ArgumentParser, ModuleTyp
     return parser, module
 
 
+BROKEN_PIPE = 141  # 128 + SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     chosen = next((a for a in args_list if not a.startswith("-")), None)
@@ -70,7 +74,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = parser.parse_args(args_list)
     assert module is not None  # argparse exits on an unknown or missing command
-    result: int = module.run(args)
+    try:
+        result: int = module.run(args)
+        sys.stdout.flush()  # a pipe closed early fails here at the latest, not at exit
+    except BrokenPipeError:
+        # the reader left early (`carico repack ... | head`): no traceback; stdout now goes to
+        # /dev/null so that the interpreter's last flush does not fail again, and the status is
+        # the one a shell reports for a process ended by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     return result
 
 

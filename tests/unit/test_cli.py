@@ -18,3 +18,30 @@ def test_unbuilt_component_exits_2_with_a_message(capsys, monkeypatch) -> None: 
     monkeypatch.setitem(cli.COMMANDS, "nothing", ("carico.does_not_exist", "placeholder"))
     assert cli.main(["nothing"]) == 2
     assert "not available yet" in capsys.readouterr().err
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
+    """`carico repack --from-file cluster.json | head`: the pipe closes while carico still
+    writes (a stand-in for the repack command writes a long plan here); it ends
+    with the SIGPIPE status and nothing on stderr."""
+    script = (
+        "import sys\n"
+        "from carico import cli\n"
+        "class Gone:\n"
+        "    def add_arguments(self, parser): pass\n"
+        "    def run(self, args):\n"
+        "        for _ in range(100000):\n"
+        "            print('line of a long plan')\n"
+        "        return 0\n"
+        "cli._load = lambda name: Gone()\n"
+        "sys.exit(cli.main(['repack']))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline() == b"line of a long plan\n"
+    proc.stdout.close()  # the reader leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == cli.BROKEN_PIPE
+    assert "Traceback" not in err and "BrokenPipeError" not in err
