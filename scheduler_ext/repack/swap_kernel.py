@@ -4,19 +4,20 @@ whole rounds of the undoing of moves, on a state held in numpy arrays.
 Compiled with numba because the search lives on the number of steps it makes: a step weighs
 every shift, swap and trade of the pods on one overloaded node, a few thousand candidate moves
 on 32 nodes with eight pods each. Evaluated with numpy calls a step cost 0.6-0.7 ms, almost all
-of it call overhead; as loops compiled here it costs a few microseconds. The functions are
-compiled once and cached on disk (``cache=True``); ``warm`` compiles them at import, so no
-solve ever pays for compilation inside its time limit.
+of it call overhead; as loops compiled here it costs 35-50 us. The functions are compiled at
+import for their explicit signatures and cached on disk where that is possible (``_compiled``),
+so no solve ever pays for compilation inside its time limit.
 
-The state (``State``) is a tuple of arrays indexed by class in play i, node in play b and
-resource r: demand[i, r], capacity[b, r] (what the classes not in play leave), current[i, b]
-(pods running there now), eligible[i, b], own[i] (the tier's classes), may_leave[i] (may lose
-placed pods: the tier's, without a disruption budget), running[i] and total[i] (counted on the
-nodes in play), scale[r] (1 / mean request), and the mutable counts[i, b], load[b, r],
-pinned[i, b] (pods that never move), weight[b, r] (breakout weights), tabu[i, b] (the step
-until which class i may not return to node b) and meta (steps taken, random state). The random
-numbers are a splitmix64 sequence kept in ``meta`` (numba's own generator is one per thread and
-process: a seeded search must not depend on what ran before it).
+The state is two tuples of arrays (``FIXED`` and ``STATE``), indexed by class in play i, node
+in play b and resource r: demand[i, r], capacity[b, r] (what the classes not in play leave),
+current[i, b] (pods running there now), eligible[i, b], own[i] (the tier's classes),
+may_leave[i] (may lose placed pods: the tier's, without a disruption budget), running[i] and
+total[i] (counted on the nodes in play), scale[r] (1 / mean request), and the mutable
+counts[i, b], load[b, r], pinned[i, b] (pods that never move), weight[b, r] (breakout weights),
+tabu[i, b] (the step until which class i may not return to node b) and meta (steps taken,
+random state). The random numbers are a splitmix64 sequence kept in ``meta`` (numba's own
+generator is one per thread and process: a seeded search must not depend on what ran before
+it).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ library solves this max-cardinality vector packing with a warm start and move co
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable
 
@@ -142,7 +143,8 @@ def undo_moves(
     if not feasible(problem, x, active):
         return x
     value = tier_value(problem, x, tier)
-    states = [_State(problem, x, tier, seed + k, UNDO_MU, scaled=True) for k in range(chains)]
+    first = _State(problem, x, tier, seed, UNDO_MU, scaled=True)
+    states = [first] + [first.chain(seed + k) for k in range(1, chains)]
     bests = [state.counts.copy() for state in states]
     costs = [int(kernel.cost(states[0].current, states[0].running, bests[0]))] * chains
     # the disruption outside the nodes in play does not change: the target less that part
@@ -232,6 +234,17 @@ class _State:
         )
         self.state = (self.counts, self.load, self.pinned, self.weight, self.tabu, self.meta)
         kernel.reset(self.fixed, self.state)
+
+    def chain(self, seed: int) -> _State:
+        """Another chain from the same counts: the fixed arrays shared, the mutable ones copied,
+        its own random draws."""
+        other = copy.copy(self)
+        other.counts, other.load = self.counts.copy(), self.load.copy()
+        other.pinned, other.weight = self.pinned.copy(), self.weight.copy()
+        other.tabu, other.meta = self.tabu.copy(), self.meta.copy()
+        other.meta[kernel.RANDOM] = kernel.seed_state(seed)
+        other.state = (other.counts, other.load, other.pinned, other.weight, other.tabu, other.meta)
+        return other
 
     def fits(self) -> bool:
         return bool(kernel.fits(self.load, self.capacity))
