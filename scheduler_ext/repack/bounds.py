@@ -60,6 +60,15 @@ STATES_PER_SECOND = 200_000
 COLUMNS_PER_NODE = 0.75
 
 
+# GLOP without scaling and presolve (``ColumnPool(plain=True)``): the counts and costs of the
+# per-node disruption LP are small integers, where these buy no accuracy but cost the warm start
+# from the previous basis (measured on 32 nodes with four pods per node: its column generation
+# converged in 10-11 solves, 800 simplex iterations and 0.05 s of GLOP, against 3 500
+# iterations and 0.24 s). Its bound is the Lagrangian one, valid for any duals. The place
+# phase's group LP keeps the defaults: without them its dives placed 1-2 pods fewer on 32 nodes
+# at 1 s (two runs of the 96 grid instances)
+GLOP_PARAMETERS = "use_scaling: false use_preprocessing: false"
+
 K = TypeVar("K")
 
 
@@ -67,10 +76,12 @@ class ColumnPool(Generic[K]):
     """The columns of a column-generation master LP (GLOP): each pattern (pod counts per class)
     is added once per key (node group or node), and every pattern added is recorded in
     ``columns`` for the price-and-branch that follows. Serves this module and
-    ``disruption_bound``."""
+    ``disruption_bound``; ``plain``: GLOP with GLOP_PARAMETERS."""
 
-    def __init__(self, columns: dict[K, list[dict[int, int]]] | None) -> None:
+    def __init__(self, columns: dict[K, list[dict[int, int]]] | None, plain: bool = False) -> None:
         self.lp = pywraplp.Solver.CreateSolver("GLOP")
+        if plain and not self.lp.SetSolverSpecificParametersAsString(GLOP_PARAMETERS):
+            raise RuntimeError(f"GLOP refused its parameters: {GLOP_PARAMETERS}")
         self.columns = columns
         self.seen: set[tuple[K, tuple[tuple[int, int], ...]]] = set()
 

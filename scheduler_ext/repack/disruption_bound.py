@@ -215,21 +215,25 @@ class _Listed:
         counts = listing.counts
         # pods per pattern, scaled below one pod: a tie-break only
         self.size = counts.sum(axis=1) / np.float32(1 + counts.sum(axis=1).max(initial=0))
+        # one contiguous row per class: a node's staying pods sum the few rows of its classes
+        # (measured on 32 nodes, 101 861 patterns of 50 classes: 0.04 s for all nodes, the
+        # transposed copy most of it, where slicing the pattern-major matrix took 0.07 s)
+        by_class = np.ascontiguousarray(counts.T)
         # per node: (priority level, pods of that level each pattern lets stay)
         self.stays: dict[int, list[tuple[int, np.ndarray]]] = {}
         for n in members:
-            cur = np.array(
-                [problem.classes[c].current[n] for c in listing.classes], dtype=np.float32
-            )
-            held = np.flatnonzero(cur)
-            kept = np.minimum(counts[:, held], cur[held])
-            if not split:  # every pod is worth the same: one level (any priority present)
-                self.stays[n] = [(min(self.priority, default=0), kept.sum(axis=1))]
-                continue
-            levels: dict[int, list[int]] = {}
-            for k, j in enumerate(held):
-                levels.setdefault(self.priority[j], []).append(k)
-            self.stays[n] = [(q, kept[:, cols].sum(axis=1)) for q, cols in levels.items()]
+            levels: dict[int, np.ndarray] = {}
+            for j, c in enumerate(listing.classes):
+                here = problem.classes[c].current[n]
+                if not here:
+                    continue
+                # every pod is worth the same without split: one level (any priority present)
+                q = self.priority[j] if split else min(self.priority)
+                kept = np.minimum(by_class[j], np.float32(here))
+                levels[q] = kept if q not in levels else levels[q] + kept
+            if not levels and not split:
+                levels[min(self.priority, default=0)] = np.zeros(len(counts), dtype=np.float32)
+            self.stays[n] = list(levels.items())
 
     def keepers(self, n: int, k: int) -> list[int]:
         """The k patterns that let the most of node n's pods stay (fuller ones first among
@@ -334,7 +338,7 @@ class _Master:
         self.tier = tier
         self.active = active = problem.active(tier)
         self.nodes = nodes = range(len(problem.node_names))
-        self.pool: ColumnPool[int] = ColumnPool(columns)
+        self.pool: ColumnPool[int] = ColumnPool(columns, plain=True)
         lp = self.lp = self.pool.lp
         self.upper = {
             n: {c: problem.node_upper(c, n) if problem.classes[c].allowed(n) else 0 for c in active}
