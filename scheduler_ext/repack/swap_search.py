@@ -35,7 +35,8 @@ more moves is kept; 1 000-10 000 rounds a second. Measured from the swap search'
 8-32 nodes with 8 pods per node at 100-105 % usage, 0.3 s of it (eight seeds) took them from 21
 to 8-9 moves on 8 nodes, from 20 and 29 to 12-15 and 17-18 on 16, from 71 to 49-57 on 32 (the
 best-known outcomes: 8, 12, 17 and 42). Where no search runs beside it, it runs one chain a
-core (threads: the compiled rounds release the GIL) and keeps the best chain's result.
+core (threads: the compiled rounds release the GIL), the others from other packings when given,
+and keeps the best chain's result.
 
 Higher tiers' pods that stay where they run keep staying; their other pods may change nodes
 but never leave the cluster, so every value fixed for the higher tiers holds (as in ``lns``).
@@ -48,7 +49,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -130,6 +131,7 @@ def undo_moves(
     seed: int = 0,
     target: int | None = None,
     chains: int = 1,
+    others: Sequence[Assignment] = (),
 ) -> Assignment:
     """``x`` with fewer moves at the same placed count (a disrupt phase's packing), found until
     ``clock()`` passes ``until`` or the disruption is down to ``target`` (a bound: nothing
@@ -138,15 +140,38 @@ def undo_moves(
     class leaves a node that holds more of it than it runs there, so the count stays), which
     overloads those nodes, and the weighted search repairs the overload with disruption
     weighing UNDO_MU (scaled with the weights), for at most REPAIR_STEPS steps. A repair that
-    fits and is no worse becomes the best (an equal one too: the search walks across plateaus)."""
+    fits and is no worse becomes the best (an equal one too: the search walks across plateaus).
+    ``others``: packings for the chains after the first to start from, in order, where they
+    place as many pods as ``x`` and agree with it outside the classes and nodes in play (a
+    chain whose start moves fewer pods, or leads elsewhere, finds other outcomes: from a packing
+    of the pods kept where they run, 18 moves on n32-ppn4-u95-k1 with each of four seeds, where
+    chains from the same packing ended at 18 once and 19 otherwise)."""
     active = problem.active(tier)
     if not feasible(problem, x, active):
         return x
     value = tier_value(problem, x, tier)
     first = _State(problem, x, tier, seed, UNDO_MU, scaled=True)
     states = [first] + [first.chain(seed + k) for k in range(1, chains)]
+    # chains after the first start from ``others`` (the same pods placed), while they last
+    bases = [x] * chains
+    # (the pods outside the classes and nodes in play must be where ``x`` has them)
+    in_play, on = set(first.classes), set(first.nodes)
+    outside = [
+        (c, n) for c in range(len(x)) for n in range(len(x[c])) if c not in in_play or n not in on
+    ]
+    for k, y in enumerate(others[: chains - 1], start=1):
+        if (
+            tier_value(problem, y, tier)[0] == value[0]
+            and all(y[c][n] == x[c][n] for c, n in outside)
+            and feasible(problem, y, active)
+        ):
+            states[k] = _State(problem, y, tier, seed + k, UNDO_MU, scaled=True)
+            bases[k] = y
     bests = [state.counts.copy() for state in states]
-    costs = [int(kernel.cost(states[0].current, states[0].running, bests[0]))] * chains
+    costs = [
+        int(kernel.cost(state.current, state.running, best))
+        for state, best in zip(states, bests, strict=True)
+    ]
     # the disruption outside the nodes in play does not change: the target less that part
     aim = -1 if target is None else target - (-value[1] - costs[0])
 
@@ -165,7 +190,7 @@ def undo_moves(
         thread.join()
     k = min(range(chains), key=costs.__getitem__)
     states[k].counts[:] = bests[k]
-    found = states[k].assignment(x)
+    found = states[k].assignment(bases[k])
     if (
         found != x
         and tier_value(problem, found, tier) >= value

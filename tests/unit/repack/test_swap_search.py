@@ -195,3 +195,30 @@ def test_undoing_moves_on_several_chains_is_never_worse(seed: int) -> None:
     assert feasible(problem, found, problem.active(tier))
     assert tier_value(problem, found, tier)[0] == tier_value(problem, packed, tier)[0]
     assert tier_value(problem, found, tier) > tier_value(problem, packed, tier)
+
+
+def test_a_chain_starts_from_another_packing_when_given() -> None:
+    # no time at all: each chain's result is its start, and the one that moves fewer pods wins
+    problem, tier, packed = _place_phase_packing()
+    better = swap_search.undo_moves(problem, packed, tier, until=300, clock=ticks())
+    assert tier_value(problem, better, tier) > tier_value(problem, packed, tier)
+    done = lambda: 1.0  # noqa: E731 - a clock already past ``until``
+    found = swap_search.undo_moves(problem, packed, tier, 0, done, chains=2, others=[better])
+    assert found == better
+    # one chain has no room for it; a packing placing fewer pods is no start
+    assert swap_search.undo_moves(problem, packed, tier, 0, done, others=[better]) == packed
+    fewer = [list(row) for row in better]
+    fewer[next(c for c in problem.active(tier) if sum(fewer[c]))] = [0] * len(fewer[0])
+    assert swap_search.undo_moves(problem, packed, tier, 0, done, chains=2, others=[fewer]) == (
+        packed
+    )
+
+
+def test_a_fresh_packing_places_as_many_pods_and_meets_the_fixes() -> None:
+    problem, tier, packed = _place_phase_packing()
+    fixes = [Fix("placed", tier, "==", tier_value(problem, packed, tier)[0])]
+    phases = solver._Phases(problem, SolveOptions(time_limit=1), ticks())
+    (fresh,) = phases._fresh(tier, packed, fixes, until=10_000)
+    assert feasible(problem, fresh, problem.active(tier))
+    assert tier_value(problem, fresh, tier)[0] == tier_value(problem, packed, tier)[0]
+    assert fresh != packed
