@@ -359,11 +359,9 @@ class RepackService:
             self.trigger.ran(started)
             return self._failed(trigger, mode, stamp, f"cannot list the cluster: {exc}"), None
         loop = asyncio.get_running_loop()
-        if self._executor is None:
-            self._executor = self._new_executor()
         try:
             computed = await loop.run_in_executor(
-                self._executor,
+                self._pool(),
                 compute,
                 raws,
                 options,
@@ -483,13 +481,17 @@ class RepackService:
 
     # -- lifecycle ------------------------------------------------------------------------
 
+    def _pool(self) -> Executor:
+        """The solver process pool, started when first needed (again after a worker died)."""
+        if self._executor is None:
+            self._executor = self._new_executor()
+        return self._executor
+
     async def run_background(self, watch: UnscheduledWatch | None, every: float = 1.0) -> None:
         """The trigger's pod watch and a check every ``every`` seconds; runs until cancelled."""
         # the solver process loads the solver now, not when the first run needs it (its search
         # is compiled at import: seconds, in every process where no cache can be written)
-        if self._executor is None:
-            self._executor = self._new_executor()
-        self._executor.submit(load_solver)
+        self._pool().submit(load_solver)
         watcher: asyncio.Task[None] | None = (
             asyncio.create_task(
                 watch(self.on_unscheduled_list, self.on_unscheduled_event), name="repack-watch"

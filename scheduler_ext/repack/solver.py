@@ -999,12 +999,8 @@ class _Phases:
         problem = self.problem
         active = problem.active(tier)
         target = _placed(problem, x, tier)
-        higher = [
-            list(row) if cls.priority > tier else [0] * len(row)
-            for row, cls in zip(x, problem.classes, strict=True)
-        ]
         new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
-        start = greedy_complete(problem, higher, new)
+        start = greedy_complete(problem, _restrict(problem, x, tier + 1), new)
         if not feasible(problem, start, active):
             return []
         stop = self.clock() + FRESH_SHARE * max(0.0, until - self.clock())

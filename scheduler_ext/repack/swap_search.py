@@ -154,12 +154,16 @@ def undo_moves(
     states = [first] + [first.chain(seed + k) for k in range(1, chains)]
     # chains after the first start from ``others`` (the same pods placed), while they last
     bases = [x] * chains
+    starts = others[: chains - 1]
     # (the pods outside the classes and nodes in play must be where ``x`` has them)
     in_play, on = set(first.classes), set(first.nodes)
     outside = [
-        (c, n) for c in range(len(x)) for n in range(len(x[c])) if c not in in_play or n not in on
+        (c, n)
+        for c in range(len(x) if starts else 0)
+        for n in range(len(x[c]))
+        if c not in in_play or n not in on
     ]
-    for k, y in enumerate(others[: chains - 1], start=1):
+    for k, y in enumerate(starts, start=1):
         if (
             tier_value(problem, y, tier)[0] == value[0]
             and all(y[c][n] == x[c][n] for c, n in outside)
