@@ -163,10 +163,11 @@ SIDE_BOUND_SHARE = 0.7
 ALONE_BOUND_SHARE = 0.9
 # where the undoing of moves runs one chain a core, the chains after the first start from a
 # fresh packing (``_Phases._fresh``), made by the swap search from the tier's pods kept where
-# they run, in at most this share of the time the undoing gets. Measured on the 96 grid
-# instances at 1 s, four seeds each: 86 reach the best-known outcome with each seed, against 85
-# when every chain starts from the phase's incumbent (n32-ppn4-u95-k1: 18 moves with each seed,
-# against 18 with one of four and 19 otherwise)
+# they run, in at most this share of the time left to ``_improve`` (a stuck chain's next run
+# starts from another). Measured on the 96 grid instances at 1 s, four seeds each: 86 reach the
+# best-known outcome with each seed, against 85 when every chain starts from the phase's
+# incumbent (n32-ppn4-u95-k1: 18 moves with each seed, against 18 with one of four and 19
+# otherwise)
 FRESH_SHARE = 0.1
 # a place phase on this many nodes, on several cores, runs its search beside the pattern LP and
 # the LNS (``_place_side_by_side``)
@@ -959,18 +960,27 @@ class _Phases:
             # disrupting: the swap search's iterated undoing of moves first (single moves repair
             # what a kick overloads, far more rounds than LNS refills), LNS for the rest
             # one chain of it a core, when no search runs beside (its compiled rounds release
-            # the GIL), the chains after the first from a fresh packing
+            # the GIL), the chains after the first from a fresh packing; a chain that is stuck
+            # starts again from another fresh packing
             chains = _cores(self.options) if clock is None else 1
+            now = clock or self.clock
+            start = found
+
+            def fresh(seed: int) -> Assignment | None:
+                return self._fresh(tier, start, fixes, FRESH_SHARE * (until - now()), seed, now)
+
+            first = fresh(self.options.seed) if chains > 1 else None
             found = swap_search.undo_moves(
                 self.problem,
                 found,
                 tier,
                 self.clock() + UNDO_SHARE * (until - self.clock()),
-                clock or self.clock,
+                now,
                 self.options.seed,
                 target,
                 chains=chains,
-                others=self._fresh(tier, found, fixes, until) if chains > 1 else (),
+                others=() if first is None else [first],
+                fresh=fresh,
             )
         if not swaps:
             found = lns.improve(
@@ -991,24 +1001,29 @@ class _Phases:
         return x
 
     def _fresh(
-        self, tier: int, x: Assignment, fixes: Sequence[Fix], until: float
-    ) -> list[Assignment]:
+        self,
+        tier: int,
+        x: Assignment,
+        fixes: Sequence[Fix],
+        seconds: float,
+        seed: int,
+        clock: Clock,
+    ) -> Assignment | None:
         """Another packing placing as many pods of the tier as ``x`` (the higher tiers as in
         ``x``): the tier's pods kept where they run while they fit, the rest placed by the swap
-        search within FRESH_SHARE of the time to ``until``; none when that falls short."""
+        search (``seed``) within ``seconds``; None when that falls short."""
         problem = self.problem
         active = problem.active(tier)
         target = _placed(problem, x, tier)
         new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
         start = greedy_complete(problem, _restrict(problem, x, tier + 1), new)
-        if not feasible(problem, start, active):
-            return []
-        stop = self.clock() + FRESH_SHARE * max(0.0, until - self.clock())
-        y = swap_search.search(problem, start, tier, stop, self.clock, self.options.seed, target)
+        if not feasible(problem, start, active) or seconds <= 0:
+            return None
+        y = swap_search.search(problem, start, tier, clock() + seconds, clock, seed, target)
         y = relabel(problem, y, tier, self.groups)
         if _placed(problem, y, tier) == target and _satisfies(problem, y, fixes, tier):
-            return [y]
-        return []
+            return y
+        return None
 
     def _patterns(
         self,

@@ -35,8 +35,8 @@ more moves is kept; 1 000-10 000 rounds a second. Measured from the swap search'
 8-32 nodes with 8 pods per node at 100-105 % usage, 0.3 s of it (eight seeds) took them from 21
 to 8-9 moves on 8 nodes, from 20 and 29 to 12-15 and 17-18 on 16, from 71 to 49-57 on 32 (the
 best-known outcomes: 8, 12, 17 and 42). Where no search runs beside it, it runs one chain a
-core (threads: the compiled rounds release the GIL), the others from other packings when given,
-and keeps the best chain's result.
+core (threads: the compiled rounds release the GIL), the others from other packings when given;
+a chain whose run is stuck starts a new run, from a fresh packing when given; the best run wins.
 
 Higher tiers' pods that stay where they run keep staying; their other pods may change nodes
 but never leave the cluster, so every value fixed for the higher tiers holds (as in ``lns``).
@@ -79,6 +79,15 @@ REPAIR_STEPS = 100
 # many rounds of the undoing of moves (each well under a millisecond on 32 nodes)
 CHUNK_STEPS = 32
 CHUNK_ROUNDS = 2
+# a run of the undoing of moves that has gained nothing for this many rounds, and for
+# RESTART_FACTOR times the rounds it took to its last gain, is stuck: its chain starts a new one
+# (from a fresh packing when given). Measured in 1 s solves: a run on 8 nodes with 8 pods each
+# makes its last gain within 10-840 rounds (5 000-10 000 a second) and then stays there, at 9
+# moves from the solver's packing on n8-ppn8-u105-k1 with every seed, where runs from fresh
+# packings reach the best-known 8 with one seed in two; on 16 nodes gains still come after 3 000
+# rounds (the factor lets such runs go on)
+RESTART_ROUNDS = 500
+RESTART_FACTOR = 2
 
 
 def search(
@@ -132,6 +141,7 @@ def undo_moves(
     target: int | None = None,
     chains: int = 1,
     others: Sequence[Assignment] = (),
+    fresh: Callable[[int], Assignment | None] | None = None,
 ) -> Assignment:
     """``x`` with fewer moves at the same placed count (a disrupt phase's packing), found until
     ``clock()`` passes ``until`` or the disruption is down to ``target`` (a bound: nothing
@@ -145,45 +155,73 @@ def undo_moves(
     place as many pods as ``x`` and agree with it outside the classes and nodes in play (a
     chain whose start moves fewer pods, or leads elsewhere, finds other outcomes: from a packing
     of the pods kept where they run, 18 moves on n32-ppn4-u95-k1 with each of four seeds, where
-    chains from the same packing ended at 18 once and 19 otherwise)."""
+    chains from the same packing ended at 18 once and 19 otherwise). A chain that stalls
+    (RESTART_ROUNDS) starts a new run with other draws, from ``fresh(seed)`` when that gives
+    such a packing, else from its own start; the best run wins."""
     active = problem.active(tier)
     if not feasible(problem, x, active):
         return x
     value = tier_value(problem, x, tier)
     first = _State(problem, x, tier, seed, UNDO_MU, scaled=True)
     states = [first] + [first.chain(seed + k) for k in range(1, chains)]
-    # chains after the first start from ``others`` (the same pods placed), while they last
-    bases = [x] * chains
-    starts = others[: chains - 1]
     # (the pods outside the classes and nodes in play must be where ``x`` has them)
     in_play, on = set(first.classes), set(first.nodes)
     outside = [
         (c, n)
-        for c in range(len(x) if starts else 0)
+        for c in range(len(x) if others or fresh else 0)
         for n in range(len(x[c]))
         if c not in in_play or n not in on
     ]
-    for k, y in enumerate(starts, start=1):
-        if (
+
+    def admits(y: Assignment) -> bool:
+        return (
             tier_value(problem, y, tier)[0] == value[0]
             and all(y[c][n] == x[c][n] for c, n in outside)
             and feasible(problem, y, active)
-        ):
+        )
+
+    # chains after the first start from ``others`` (the same pods placed), while they last
+    bases = [x] * chains
+    for k, y in enumerate(others[: chains - 1], start=1):
+        if admits(y):
             states[k] = _State(problem, y, tier, seed + k, UNDO_MU, scaled=True)
             bases[k] = y
+    # each chain's start, for its restarts
+    pairs = enumerate(zip(states, bases, strict=True))
+    starts = [(state.chain(seed + k), base) for k, (state, base) in pairs]
     bests = [state.counts.copy() for state in states]
-    costs = [
-        int(kernel.cost(state.current, state.running, best))
-        for state, best in zip(states, bests, strict=True)
-    ]
+    costs = [int(kernel.cost(s.current, s.running, s.counts)) for s in states]
+    # each chain's best run: (cost, counts, base); costs[k] is its current run's
+    kept = [(cost, best.copy(), base) for cost, best, base in zip(costs, bests, bases, strict=True)]
     # the disruption outside the nodes in play does not change: the target less that part
     aim = -1 if target is None else target - (-value[1] - costs[0])
 
+    def restart(k: int, draws: int) -> None:
+        y = None if fresh is None else fresh(draws)
+        if y is not None and admits(y):
+            states[k], bases[k] = _State(problem, y, tier, draws, UNDO_MU, scaled=True), y
+        else:
+            states[k], bases[k] = starts[k][0].chain(draws), starts[k][1]
+        bests[k] = states[k].counts.copy()
+        costs[k] = int(kernel.cost(states[k].current, states[k].running, bests[k]))
+
     def walk(k: int) -> None:
-        while min(costs) > aim and clock() < until:
-            done, costs[k] = states[k].undo_rounds(bests[k], costs[k], aim, CHUNK_ROUNDS)
+        rounds = gained = runs = 0
+        while min(cost for cost, _, _ in kept) > aim and clock() < until:
+            done, cost = states[k].undo_rounds(bests[k], costs[k], aim, CHUNK_ROUNDS)
             if done < 0:
                 break  # nothing moved: nothing to undo
+            rounds += done
+            if cost < costs[k]:
+                gained = rounds
+            costs[k] = cost
+            if cost < kept[k][0]:
+                kept[k] = (cost, bests[k].copy(), bases[k])
+            if rounds - gained > max(RESTART_ROUNDS, RESTART_FACTOR * gained):
+                # a local minimum the kicks do not leave: a new run, other draws
+                runs += 1
+                restart(k, seed + k + chains * runs)
+                rounds = gained = 0
 
     # the chains' compiled rounds release the GIL: on free cores they run side by side
     helpers = [threading.Thread(target=walk, args=(k,), daemon=True) for k in range(1, chains)]
@@ -192,9 +230,9 @@ def undo_moves(
     walk(0)
     for thread in helpers:
         thread.join()
-    k = min(range(chains), key=costs.__getitem__)
-    states[k].counts[:] = bests[k]
-    found = states[k].assignment(bases[k])
+    _, counts, base = min(kept, key=lambda run: run[0])
+    first.counts[:] = counts
+    found = first.assignment(base)
     if (
         found != x
         and tier_value(problem, found, tier) >= value
