@@ -50,8 +50,10 @@ MIXES = (0.25, 0.5, 0.75)
 EXACT_EVERY = 6
 # LP dives a packing search tries at most (the first deterministic, the others randomised)
 DIVES = 20
-# states a pattern enumeration may hold per second of the bound's time (measured: about 400 000
-# states per second on a loaded 2-core machine, so the listing takes at most about half the time)
+# states a pattern enumeration may hold per second of the bound's time. Set when the listing ran
+# as numpy calls, about 400 000 states a second on a loaded 2-core machine; compiled it lists
+# 4-5 million a second (32 nodes, four pods per node), so the listing now takes a few percent of
+# the time. Kept: the cap also keeps the listings, and the LP's pricing over them, small
 STATES_PER_SECOND = 200_000
 # columns a listed group adds per pricing round, per node of the group (at least TOP_COLUMNS).
 # Measured at 1 s: on 32 nodes with four pods per node 24 columns instead of 8 let the LP

@@ -5,7 +5,7 @@ Compiled with numba because the search lives on the number of steps it makes: a 
 every shift, swap and trade of the pods on one overloaded node, a few thousand candidate moves
 on 32 nodes with eight pods each. Evaluated with numpy calls a step cost 0.6-0.7 ms, almost all
 of it call overhead; as loops compiled here it costs 35-50 us. The functions are compiled at
-import for their explicit signatures and cached on disk where that is possible (``_compiled``),
+import for their explicit signatures and cached on disk where that is possible (``compiled``),
 so no solve ever pays for compilation inside its time limit.
 
 The state is two tuples of arrays (``FIXED`` and ``STATE``), indexed by class in play i, node
@@ -22,26 +22,10 @@ it).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
-from numba import njit, types
+from numba import types
 
-
-def _compiled(signature: Any) -> Callable[[Callable[..., Any]], Any]:
-    """Compiles a function at import for ``signature``, releasing the GIL while it runs, cached
-    on disk where numba finds a writable place for it (beside the module, NUMBA_CACHE_DIR or the
-    user's cache directory); elsewhere (a read-only image) it compiles in every process."""
-
-    def wrap(function: Callable[..., Any]) -> Any:
-        try:
-            return njit(signature, cache=True, nogil=True)(function)
-        except RuntimeError:  # numba: "cannot cache function ...: no locator available"
-            return njit(signature, nogil=True)(function)
-
-    return wrap
-
+from scheduler_ext.repack.compiled import compiled
 
 # the argument types: every array C-contiguous, so each function compiles once, at import
 I1, I2 = types.int64[::1], types.int64[:, ::1]
@@ -76,7 +60,7 @@ def seed_state(seed: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-@_compiled(i64(I1, i64))
+@compiled(i64(I1, i64))
 def _random(meta: np.ndarray, n: int) -> int:
     """A random integer in [0, n) from meta's splitmix64 state."""
     z = np.uint64(meta[RANDOM]) + np.uint64(0x9E3779B97F4A7C15)
@@ -87,7 +71,7 @@ def _random(meta: np.ndarray, n: int) -> int:
     return int(z % np.uint64(n))
 
 
-@_compiled(b1(I2, I2, i64))
+@compiled(b1(I2, I2, i64))
 def _over(load: np.ndarray, capacity: np.ndarray, b: int) -> bool:
     # loops, not any() over a generator: numba compiles loops
     for r in range(load.shape[1]):  # noqa: SIM110
@@ -96,7 +80,7 @@ def _over(load: np.ndarray, capacity: np.ndarray, b: int) -> bool:
     return False
 
 
-@_compiled(b1(I2, I2))
+@compiled(b1(I2, I2))
 def fits(load: np.ndarray, capacity: np.ndarray) -> bool:
     for b in range(load.shape[0]):  # noqa: SIM110
         if _over(load, capacity, b):
@@ -104,7 +88,7 @@ def fits(load: np.ndarray, capacity: np.ndarray) -> bool:
     return True
 
 
-@_compiled(i64(I2, I2, I2, F1, F2, I2, F2, I1))
+@compiled(i64(I2, I2, I2, F1, F2, I2, F2, I1))
 def _rooms(
     demand: np.ndarray,
     capacity: np.ndarray,
@@ -135,7 +119,7 @@ def _rooms(
     return n_active
 
 
-@_compiled(f64(I2, I2, F2, I1, i64, i64, i64, i64))
+@compiled(f64(I2, I2, F2, I1, i64, i64, i64, i64))
 def _penalty(
     demand: np.ndarray,
     room: np.ndarray,
@@ -162,7 +146,7 @@ def _penalty(
     return out
 
 
-@_compiled(f64(f64, b1, F2))
+@compiled(f64(f64, b1, F2))
 def _mu(mu: float, scaled: bool, weight: np.ndarray) -> float:
     if not scaled:
         return mu
@@ -173,7 +157,7 @@ def _mu(mu: float, scaled: bool, weight: np.ndarray) -> float:
     return mu * total / max(1, weight.size)
 
 
-@_compiled(types.none(I2, I2, I2, I2, I1, i64, i64, i64))
+@compiled(types.none(I2, I2, I2, I2, I1, i64, i64, i64))
 def _move(
     demand: np.ndarray,
     counts: np.ndarray,
@@ -196,7 +180,7 @@ def _move(
             load[dst, r] += demand[i, r]
 
 
-@_compiled(I1(I2))
+@compiled(I1(I2))
 def _placed(counts: np.ndarray) -> np.ndarray:
     """Pods placed per class (plain loops: a row view per class costs more than its sum)."""
     out = np.zeros(counts.shape[0], dtype=np.int64)
@@ -206,7 +190,7 @@ def _placed(counts: np.ndarray) -> np.ndarray:
     return out
 
 
-@_compiled(I1(I1, B1, I1))
+@compiled(I1(I1, B1, I1))
 def _unplaced(placed: np.ndarray, own: np.ndarray, total: np.ndarray) -> np.ndarray:
     """The tier's classes with pods not placed."""
     out = np.empty(placed.shape[0], dtype=np.int64)
@@ -218,7 +202,7 @@ def _unplaced(placed: np.ndarray, own: np.ndarray, total: np.ndarray) -> np.ndar
     return out[:k]
 
 
-@_compiled(b1(FIXED, STATE, f64, b1))
+@compiled(b1(FIXED, STATE, f64, b1))
 def insert(
     fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...], mu: float, scaled: bool
 ) -> bool:
@@ -250,7 +234,7 @@ def insert(
     return True
 
 
-@_compiled(b1(FIXED, STATE, f64, b1))
+@compiled(b1(FIXED, STATE, f64, b1))
 def step(
     fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...], mu: float, scaled: bool
 ) -> bool:
@@ -388,7 +372,7 @@ def step(
     return True
 
 
-@_compiled(PAIR(FIXED, STATE, f64, b1, i64))
+@compiled(PAIR(FIXED, STATE, f64, b1, i64))
 def advance(
     fixed: tuple[np.ndarray, ...],
     state: tuple[np.ndarray, ...],
@@ -407,7 +391,7 @@ def advance(
     return (FITS if fits(load, capacity) else BUDGET), budget
 
 
-@_compiled(types.none(FIXED, STATE))
+@compiled(types.none(FIXED, STATE))
 def reset(fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...]) -> None:
     """The derived arrays for new counts: the load, the pinned pods (a higher tier's pods
     staying where they run, and pods where their class is not eligible), and fresh weights,
@@ -434,7 +418,7 @@ def reset(fixed: tuple[np.ndarray, ...], state: tuple[np.ndarray, ...]) -> None:
     meta[STEPS] = 0
 
 
-@_compiled(types.none(I2, I2))
+@compiled(types.none(I2, I2))
 def _copy(src: np.ndarray, dst: np.ndarray) -> None:
     """dst[:] = src, as loops (array expressions take seconds more to compile)."""
     for i in range(src.shape[0]):
@@ -442,7 +426,7 @@ def _copy(src: np.ndarray, dst: np.ndarray) -> None:
             dst[i, b] = src[i, b]
 
 
-@_compiled(i64(I2, I1, I2))
+@compiled(i64(I2, I1, I2))
 def cost(current: np.ndarray, running: np.ndarray, counts: np.ndarray) -> int:
     """Disruption on the nodes in play, up to a constant: stays lost plus evictions."""
     out = 0
@@ -457,7 +441,7 @@ def cost(current: np.ndarray, running: np.ndarray, counts: np.ndarray) -> int:
     return out
 
 
-@_compiled(b1(I2, I2, I1, i64))
+@compiled(b1(I2, I2, I1, i64))
 def _kick(current: np.ndarray, counts: np.ndarray, meta: np.ndarray, count: int) -> bool:
     """Sends up to ``count`` moved pods (drawn at random) back to the node they run on: each
     takes a slot of its class from a node holding more of the class than runs there (drawn at
@@ -502,7 +486,7 @@ def _kick(current: np.ndarray, counts: np.ndarray, meta: np.ndarray, count: int)
     return True
 
 
-@_compiled(PAIR(FIXED, STATE, f64, I2, i64, i64, i64, i64, i64))
+@compiled(PAIR(FIXED, STATE, f64, I2, i64, i64, i64, i64, i64))
 def undo_rounds(
     fixed: tuple[np.ndarray, ...],
     state: tuple[np.ndarray, ...],

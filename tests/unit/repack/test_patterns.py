@@ -89,6 +89,24 @@ def test_maximal_patterns_give_up_past_the_state_cap() -> None:
     assert maximal_patterns(requests, [3] * 8, cap, max_states=10**5) is not None
 
 
+def test_the_state_cap_is_on_the_largest_level() -> None:
+    # every multiset of each size that fits, counted by brute force: the listing needs exactly
+    # its largest level's count of states
+    requests = [(10 + i, 10 + i, 1) for i in range(8)]
+    cap, limit = (100, 100, 110), 3
+    largest = 0
+    for size in range(1, cap[0] // 10 + 1):  # (no more pods fit than the smallest request allows)
+        fitting = sum(
+            1
+            for combo in itertools.combinations_with_replacement(range(8), size)
+            if max(combo.count(c) for c in combo) <= limit
+            and sum(requests[c][0] for c in combo) <= cap[0]
+        )
+        largest = max(largest, fitting)
+    assert maximal_patterns(requests, [limit] * 8, cap, max_states=largest) is not None
+    assert maximal_patterns(requests, [limit] * 8, cap, max_states=largest - 1) is None
+
+
 def _optimum(problem: Problem, tier: int, fixes: Sequence[Fix] = ()) -> int:
     """Most pods placeable at priority >= ``tier``, proven by CP-SAT on the class model."""
     pm = build_phase_model("classes", problem, tier, fixes, not fixes)
