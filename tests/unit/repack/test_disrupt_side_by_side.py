@@ -79,3 +79,25 @@ def test_large_listed_clusters_run_the_disruption_lp_before_the_search(
     assert "bound" in events
     if "search" in events:
         assert events.index("bound done") < events.index("search"), events
+
+
+def test_unlisted_mid_sized_clusters_undo_moves_on_every_core_under_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 16 nodes with eight pods each: the patterns do not list, so a sub-second disrupt phase
+    # runs no search, only the undoing of moves, one chain a core
+    events = _events(monkeypatch)
+    chains: list[int] = []
+    undo = solver.swap_search.undo_moves
+
+    def recorded_undo(*args: Any, **kwargs: Any) -> Any:
+        chains.append(kwargs["chains"])
+        return undo(*args, **kwargs)
+
+    monkeypatch.setattr(solver.swap_search, "undo_moves", recorded_undo)
+    snapshot = instances(Cell(16, 8, 100, 1), 1)[0][1]
+    plan = solve(snapshot, SolveOptions(time_limit=1, workers=2))
+    assert plan.status in ("OPTIMAL", "FEASIBLE")
+    assert plan.after.vector > plan.before.vector
+    assert "search" not in events
+    assert chains == [2]
