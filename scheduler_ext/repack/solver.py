@@ -28,19 +28,21 @@ meets it) and a price-and-branch packing from the generated patterns. On SHORT_M
 more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by one search with all the time
 left and no pattern bound (it would not converge in that time). On several cores a place phase on
 PLACE_BESIDE_MIN_NODES nodes or more runs instead (``_place_side_by_side``): the pattern LP and its
-dive alone first (all of a short phase on SHORT_MIN_NODES nodes when the tier dives; the bound share
-in a lower tier that does not), then, unless that proved the phase, the search in a thread on all
+dive alone first (all of a short phase on SHORT_MIN_NODES nodes when the tier dives, after a
+quick swap search whose packing is kept in case the dive runs out of time; the bound share in a
+lower tier that does not), then, unless that proved the phase, the search in a thread on all
 cores but one until the phase ends, beside the LNS (and, with time, the knapsack-priced pattern LP);
 a bound met by either side stops the other, and the phase ends when the search does.
 
 A disrupt phase of the class formulation gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
 or more an LNS that undoes moves (first the swap search's iterated undoing of moves,
-``swap_search.undo_moves``, one chain a core when no search runs beside it, then CP-SAT refills
-of neighbourhoods), then one search with that
-bound as a cut; on SHORT_MIN_NODES nodes
-or more with less than MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what
-they leave lists quickly: ``_quick_bound``). Otherwise, on several cores, that search runs in a
+``swap_search.undo_moves``, one chain a core when no search runs beside it, the chains after the
+first and every stuck run starting from a fresh packing, then CP-SAT refills of neighbourhoods),
+then one search with that bound as a cut; on SHORT_MIN_NODES nodes or more with less than
+MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what they leave lists
+quickly: ``_quick_bound``), and so on 12 nodes or more whose place phase found that the patterns
+do not list. Otherwise, on several cores, that search runs in a
 thread from the start (``_side_by_side``), beside the bound with its dive and packing (on 12 nodes
 or more only when every node is priced from listed maximal patterns, which is exact and fast: on 16
 identical nodes with four pods per node the dive meets the bound, a proof, in a few tenths of a
