@@ -223,13 +223,24 @@ def undo_moves(
                 restart(k, seed + k + chains * runs)
                 rounds = gained = 0
 
-    # the chains' compiled rounds release the GIL: on free cores they run side by side
-    helpers = [threading.Thread(target=walk, args=(k,), daemon=True) for k in range(1, chains)]
+    # the chains' compiled rounds release the GIL: on free cores they run side by side; a
+    # helper's failure (``fresh`` is the caller's code) is raised here, not lost with its thread
+    failed: list[BaseException] = []
+
+    def helper(k: int) -> None:
+        try:
+            walk(k)
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            failed.append(exc)
+
+    helpers = [threading.Thread(target=helper, args=(k,), daemon=True) for k in range(1, chains)]
     for thread in helpers:
         thread.start()
     walk(0)
     for thread in helpers:
         thread.join()
+    if failed:
+        raise failed[0]
     _, counts, base = min(kept, key=lambda run: run[0])
     first.counts[:] = counts
     found = first.assignment(base)

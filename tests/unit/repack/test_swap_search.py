@@ -270,3 +270,21 @@ def test_a_fresh_packing_places_as_many_pods_and_meets_the_fixes() -> None:
     assert len({str(fresh) for fresh in packings}) > 1
     # no time: no packing
     assert phases._fresh(tier, packed, fixes, 0.0, 0, ticks()) is None
+
+
+def test_a_failing_fresh_packing_in_a_helper_chain_is_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(swap_search, "RESTART_ROUNDS", 0)
+    monkeypatch.setattr(swap_search, "RESTART_FACTOR", 0)
+    problem, tier, packed = _place_phase_packing()
+
+    def fresh(seed: int) -> Assignment | None:
+        # the second chain (a thread) restarts with odd draws (seed + 1 + 2 * run), the first
+        # with even ones: only the thread fails
+        if seed % 2:
+            raise RuntimeError(f"no packing for seed {seed}")
+        return None
+
+    with pytest.raises(RuntimeError, match="no packing for seed"):
+        swap_search.undo_moves(problem, packed, tier, 60, ticks(), chains=2, fresh=fresh)
