@@ -999,10 +999,9 @@ class _Phases:
             # starts again from another fresh packing
             chains = _cores(self.options) if clock is None else 1
             now = clock or self.clock
-            start = found
 
             def fresh(seed: int) -> Assignment | None:
-                return self._fresh(tier, start, fixes, FRESH_SHARE * (until - now()), seed, now)
+                return self._fresh(tier, x, fixes, FRESH_SHARE * (until - now()), seed, now)
 
             first = fresh(self.options.seed) if chains > 1 else None
             found = swap_search.undo_moves(
