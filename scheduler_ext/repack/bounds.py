@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from ortools.linear_solver import pywraplp
+from ortools.linear_solver import linear_solver_pb2, pywraplp
 from ortools.sat.python import cp_model
 
 from scheduler_ext.repack import grid_knapsack
@@ -97,6 +97,15 @@ class ColumnPool(Generic[K]):
         if self.columns is not None:
             self.columns.setdefault(key, []).append(dict(counts))
         return self.lp.NumVar(0, upper, f"l{len(self.seen)}")
+
+
+def solution_values(lp: pywraplp.Solver) -> np.ndarray:
+    """Every variable's value in the LP just solved, by variable index, in one call (read one
+    by one through the wrapper, 3 000 columns took 2 ms, and a dive reads them at every step:
+    a fifth of a 32-node place phase's dive at 1 s)."""
+    response = linear_solver_pb2.MPSolutionResponse()
+    lp.FillSolutionResponseProto(response)
+    return np.asarray(response.variable_value)
 
 
 def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
@@ -368,6 +377,8 @@ def placement_bound(
 
     # every column's (group, pattern, variable), for the dive
     added_columns: list[tuple[GroupKey, dict[int, int], Any]] = []
+    # and their variables' indices in the LP
+    indices: list[int] = []
 
     def add_column(key: GroupKey, pattern: dict[int, int]) -> bool:
         var = pool.new(key, pattern, lp.infinity())
@@ -377,6 +388,7 @@ def placement_bound(
         for c, count in pattern.items():
             class_rows[c].SetCoefficient(var, -count)
         added_columns.append((key, pattern, var))
+        indices.append(var.index())
         return True
 
     node_key = {n: key for key, members in groups.items() for n in members}
@@ -469,6 +481,7 @@ def placement_bound(
             problem,
             converge,
             added_columns,
+            lambda: solution_values(lp)[indices],
             placed,
             bound,
             -1 if target is None else target,
@@ -485,6 +498,7 @@ def _dive(
     problem: Problem,
     converge: Callable[[bool], float | None],
     added_columns: list[tuple[GroupKey, dict[int, int], Any]],
+    levels: Callable[[], np.ndarray],
     placed: dict[int, Any],
     bound: int,
     floor: int,
@@ -506,20 +520,21 @@ def _dive(
             value = converge(False)
             if value is None or math.floor(value + 1e-6) <= floor:
                 break
-            level = [var.solution_value() for _, _, var in added_columns]
-            fractional = [
-                (v - math.floor(v) + (0.5 * rng.random() if attempt else 0.0), i)
-                for i, v in enumerate(level)
-                if abs(v - round(v)) > 1e-6
-            ]
-            if not fractional:
+            level = levels()
+            fractional = np.flatnonzero(np.abs(level - np.round(level)) > 1e-6)
+            if not len(fractional):
                 floor = round(value)
                 chosen: dict[GroupKey, list[dict[int, int]]] = {}
-                for (key, pattern, _), v in zip(added_columns, level, strict=True):
+                for (key, pattern, _), v in zip(added_columns, level.tolist(), strict=True):
                     chosen.setdefault(key, []).extend([pattern] * round(v))
                 best = chosen, {c: round(var.solution_value()) for c, var in placed.items()}
                 break
-            _, i = max(fractional)
+            # the column most of the way up (random draws in index order after the first
+            # dive; of equals the last)
+            score = level[fractional] - np.floor(level[fractional])
+            if attempt:
+                score = score + 0.5 * np.array([rng.random() for _ in fractional])
+            i = int(fractional[len(score) - 1 - int(np.argmax(score[::-1]))])
             added_columns[i][2].SetLb(math.floor(level[i]) + 1)
         if floor >= bound or clock() >= deadline:
             break

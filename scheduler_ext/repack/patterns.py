@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numba import types
@@ -35,6 +36,10 @@ MAX_STATES = 200_000
 # columns added to the master LP per group and pricing round (the best by reduced cost), at
 # least; ``bounds`` asks for more on large groups
 TOP_COLUMNS = 8
+# entries of a listing up to which its single-precision copy is kept for the pricing products
+# (32 MB): a product over the int16 counts converts them first, three to four times the time
+# of the product itself (100 000 patterns of 50 classes: 3.1 ms against 0.8 ms)
+FLOAT_ENTRIES = 8_000_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,18 @@ class GroupPatterns:
         row = self.counts[i]
         return {self.classes[j]: int(row[j]) for j in np.flatnonzero(row)}
 
+    @cached_property
+    def _weights(self) -> np.ndarray:
+        """The counts in single precision, made once (unless too large)."""
+        if self.counts.size > FLOAT_ENTRIES:
+            return self.counts
+        return self.counts.astype(np.float32)
+
+    def values(self, duals: np.ndarray) -> np.ndarray:
+        """duals.P for every pattern P (``duals`` per class of ``classes``, single precision;
+        the same values as a product over the counts)."""
+        return self._weights @ duals
+
     def price(
         self, duals: dict[int, float], mu: float, columns: int = TOP_COLUMNS
     ) -> tuple[list[dict[int, int]], float]:
@@ -57,7 +74,7 @@ class GroupPatterns:
         if not len(self.counts):
             return [], 0.0
         pi = np.array([duals.get(c, 0.0) for c in self.classes], dtype=np.float32)
-        values = self.counts @ pi
+        values = self.values(pi)
         k = min(columns, len(values))
         top = np.argpartition(-values, k - 1)[:k]
         top = top[np.argsort(-values[top])]

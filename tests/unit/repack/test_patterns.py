@@ -8,11 +8,14 @@ import random
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
+from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 from repack_builders import simple_snapshot
 
-from scheduler_ext.repack.bounds import placement_bound
+from scheduler_ext.repack import patterns
+from scheduler_ext.repack.bounds import placement_bound, solution_values
 from scheduler_ext.repack.classes import (
     Assignment,
     Problem,
@@ -233,3 +236,47 @@ def test_listings_list_each_group_once_and_keep_no_partial_listing() -> None:
     # another tier's phase has other active classes: not covered by this listing
     tiered = build_problem(instances(Cell(8, 4, 105, 2), 1)[0][1])
     assert not listings.cover(tiered, tiered.tiers[0])
+
+
+@pytest.mark.parametrize("entries", [None, 0])
+def test_pattern_values_are_the_product_over_the_counts(
+    entries: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # entries 0: the listing is too large for a single-precision copy and prices from its counts
+    if entries is not None:
+        monkeypatch.setattr(patterns, "FLOAT_ENTRIES", entries)
+    problem = build_problem(instances(Cell(16, 4, 100, 1), 1)[0][1])
+    tier = problem.tiers[0]
+    active = problem.active(tier)
+    listing = group_patterns(
+        problem, active, problem.capacity[0], tuple(True for _ in active), made=Listings()
+    )
+    assert listing is not None and len(listing.counts) > 100
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        duals = (rng.random(len(listing.classes)) * 3).astype(np.float32)
+        duals[rng.random(len(duals)) < 0.4] = 0.0
+        # the same single-precision values, to the bit: the columns priced out, and their
+        # order, do not depend on the copy
+        assert np.array_equal(listing.values(duals), listing.counts @ duals)
+        by_class = {c: float(d) for c, d in zip(listing.classes, duals, strict=True)}
+        chosen, top = listing.price(by_class, 1.0)
+        assert top == pytest.approx(float((listing.counts @ duals).max()))
+        # the columns that price out: worth more than the group's dual, best first
+        worth = [sum(by_class[c] * k for c, k in pattern.items()) for pattern in chosen]
+        assert chosen and all(w > 1.0 for w in worth)
+        assert worth == sorted(worth, reverse=True)
+
+
+def test_solution_values_are_each_variables_value_by_index() -> None:
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    xs = [lp.NumVar(0, 1 + i % 3, f"x{i}") for i in range(40)]
+    row = lp.Constraint(-lp.infinity(), 17.5)
+    for i, x in enumerate(xs):
+        row.SetCoefficient(x, 1 + i % 4)
+    lp.Maximize(sum((1 + i % 5) * x for i, x in enumerate(xs)))
+    assert lp.Solve() == pywraplp.Solver.OPTIMAL
+    values = solution_values(lp)
+    assert values.shape == (40,)
+    assert values.tolist() == [x.solution_value() for x in xs]
+    assert values.sum() > 0  # an LP whose optimum is not all zeros
