@@ -1,6 +1,6 @@
 """Compiling the repacker's inner loops with numba: at import, for explicit signatures, without
 the GIL, cached on disk where that is possible, so no solve ever pays for compilation inside its
-time limit. Used by ``swap_kernel`` and ``patterns``."""
+time limit. Used by ``swap_kernel``, ``patterns`` and ``heuristics``."""
 
 from __future__ import annotations
 

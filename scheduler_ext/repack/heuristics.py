@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from itertools import combinations
+
+import numpy as np
+from numba import types
 
 from scheduler_ext.repack.classes import (
     Assignment,
@@ -26,7 +28,12 @@ from scheduler_ext.repack.classes import (
     greedy_complete,
     loads,
 )
+from scheduler_ext.repack.compiled import compiled
 from scheduler_ext.repack.relabel import node_groups, relabel
+
+I1, I2 = types.int64[::1], types.int64[:, ::1]
+B1, B2 = types.boolean[::1], types.boolean[:, ::1]
+i64 = types.int64
 
 
 def _sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
@@ -72,51 +79,169 @@ def make_room(
 ) -> Assignment:
     """Place unplaced pods of ``tier`` by moving at most two pods of the same tier each;
     stops trying new pods once ``clock()`` passes ``until``."""
-    st = _State(problem, x)
     size = _sizes(problem, active)
-    nodes = range(len(problem.node_names))
+    nodes = len(problem.node_names)
     order = sorted(
         (c for c in active if problem.classes[c].priority == tier), key=lambda c: -size[c]
     )
-    movable = [c for c in active if problem.classes[c].priority == tier]
+    resources = len(problem.resources)
+    counts = np.array(x, dtype=np.int64).reshape(len(problem.classes), nodes)
+    cap = np.array(problem.capacity, dtype=np.int64).reshape(nodes, resources)
+    requests = np.array([cls.requests for cls in problem.classes], dtype=np.int64).reshape(
+        len(problem.classes), resources
+    )
+    load = np.ascontiguousarray(counts.T @ requests)
+    eligible = np.zeros((len(problem.classes), nodes), dtype=np.bool_)
+    for c, cls in enumerate(problem.classes):
+        eligible[c, list(cls.eligible)] = True
+    overloaded = np.array(problem.overloaded, dtype=np.bool_).reshape(nodes)
+    # in class order: the pairs tried are in the order of their classes
+    movable = np.array(sorted(order), dtype=np.int64)
     for c in order:
-        while sum(st.x[c]) < problem.classes[c].total and clock() < until:
-            if not _place_one(st, c, nodes, movable):
+        while counts[c].sum() < problem.classes[c].total and clock() < until:
+            if not _place_one(counts, load, cap, requests, eligible, overloaded, movable, c):
                 break
-    return st.x if feasible(problem, st.x, active) else x
+    y: Assignment = counts.tolist()
+    return y if feasible(problem, y, active) else x
 
 
-def _place_one(st: _State, c: int, nodes: range, movable: Sequence[int]) -> bool:
-    cls = st.problem.classes[c]
-    for n in sorted(cls.eligible):
-        if st.fits(c, n):
-            st.shift(c, n, +1)
+@compiled(types.boolean(I2, I2, I2, B2, B1, i64, i64, i64, i64))
+def _fits(
+    load: np.ndarray,
+    cap: np.ndarray,
+    requests: np.ndarray,
+    eligible: np.ndarray,
+    overloaded: np.ndarray,
+    c: int,
+    n: int,
+    first: int,
+    second: int,
+) -> bool:
+    """Whether a pod of class c fits on node n once a pod of class ``first`` and one of
+    ``second`` have left it (-1: none)."""
+    if overloaded[n] or not eligible[c, n]:
+        return False
+    for r in range(load.shape[1]):
+        freed = 0
+        if first >= 0:
+            freed += requests[first, r]
+        if second >= 0:
+            freed += requests[second, r]
+        if load[n, r] - freed + requests[c, r] > cap[n, r]:
+            return False
+    return True
+
+
+@compiled(types.none(I2, I2, I2, i64, i64, i64))
+def _shift(
+    counts: np.ndarray, load: np.ndarray, requests: np.ndarray, c: int, n: int, sign: int
+) -> None:
+    counts[c, n] += sign
+    for r in range(load.shape[1]):
+        load[n, r] += sign * requests[c, r]
+
+
+@compiled(types.int64(I2, I2, I2, I2, B2, B1, i64, i64))
+def _elsewhere(
+    counts: np.ndarray,
+    load: np.ndarray,
+    cap: np.ndarray,
+    requests: np.ndarray,
+    eligible: np.ndarray,
+    overloaded: np.ndarray,
+    d: int,
+    n: int,
+) -> int:
+    """A pod of class d moved to the first node other than n where it fits: that node, or -1
+    (and nothing moved)."""
+    for m in range(counts.shape[1]):
+        if m != n and _fits(load, cap, requests, eligible, overloaded, d, m, -1, -1):
+            _shift(counts, load, requests, d, m, 1)
+            return m
+    return -1
+
+
+@compiled(types.boolean(I2, I2, I2, I2, B2, B1, i64, i64, i64, i64))
+def _make_room(
+    counts: np.ndarray,
+    load: np.ndarray,
+    cap: np.ndarray,
+    requests: np.ndarray,
+    eligible: np.ndarray,
+    overloaded: np.ndarray,
+    c: int,
+    n: int,
+    first: int,
+    second: int,
+) -> bool:
+    """A pod of class c placed on node n after a pod of class ``first`` and one of ``second``
+    (-1: none) leave it for the first other nodes where they fit; False, and nothing changed,
+    when they do not fit elsewhere or c still does not fit."""
+    if not _fits(load, cap, requests, eligible, overloaded, c, n, first, second):
+        return False
+    _shift(counts, load, requests, first, n, -1)
+    if second >= 0:
+        _shift(counts, load, requests, second, n, -1)
+    to_first = _elsewhere(counts, load, cap, requests, eligible, overloaded, first, n)
+    to_second = -1
+    if to_first >= 0 and second >= 0:
+        to_second = _elsewhere(counts, load, cap, requests, eligible, overloaded, second, n)
+    if (
+        to_first >= 0
+        and (second < 0 or to_second >= 0)
+        and _fits(load, cap, requests, eligible, overloaded, c, n, -1, -1)
+    ):
+        _shift(counts, load, requests, c, n, 1)
+        return True
+    if to_second >= 0:
+        _shift(counts, load, requests, second, to_second, -1)
+    if to_first >= 0:
+        _shift(counts, load, requests, first, to_first, -1)
+    _shift(counts, load, requests, first, n, 1)
+    if second >= 0:
+        _shift(counts, load, requests, second, n, 1)
+    return False
+
+
+@compiled(types.boolean(I2, I2, I2, I2, B2, B1, I1, i64))
+def _place_one(
+    counts: np.ndarray,
+    load: np.ndarray,
+    cap: np.ndarray,
+    requests: np.ndarray,
+    eligible: np.ndarray,
+    overloaded: np.ndarray,
+    movable: np.ndarray,
+    c: int,
+) -> bool:
+    """One more pod of class c placed: on the first node where it fits, else on the first
+    where one pod (then two) of the ``movable`` classes, in their order, can leave for other
+    nodes. Compiled: in Python, trying every node and pair for each pod took 0.04-0.18 s of a
+    1 s solve on 32 nodes."""
+    nodes = counts.shape[1]
+    for n in range(nodes):
+        if _fits(load, cap, requests, eligible, overloaded, c, n, -1, -1):
+            _shift(counts, load, requests, c, n, 1)
             return True
     for k in (1, 2):
-        for n in sorted(cls.eligible):
-            if st.problem.overloaded[n]:
+        for n in range(nodes):
+            if overloaded[n] or not eligible[c, n]:
                 continue
-            here = [d for d in movable if d != c and st.x[d][n] > 0]
-            pool = [d for d in here for _ in range(min(st.x[d][n], k))]
-            for out in sorted(set(combinations(pool, k))):
-                if not st.fits(c, n, minus=out):
+            for i in range(len(movable)):
+                a = movable[i]
+                if a == c or counts[a, n] <= 0:
                     continue
-                for d in out:
-                    st.shift(d, n, -1)
-                targets = []
-                for d in out:
-                    m = next((m for m in nodes if m != n and st.fits(d, m)), None)
-                    if m is None:
-                        break
-                    st.shift(d, m, +1)
-                    targets.append((d, m))
-                if len(targets) == len(out) and st.fits(c, n):
-                    st.shift(c, n, +1)
-                    return True
-                for d, m in targets:  # undo
-                    st.shift(d, m, -1)
-                for d in out:
-                    st.shift(d, n, +1)
+                if k == 1:
+                    if _make_room(counts, load, cap, requests, eligible, overloaded, c, n, a, -1):
+                        return True
+                    continue
+                for j in range(i, len(movable)):
+                    b = movable[j]
+                    # two pods of one class only where two run
+                    if b == c or counts[b, n] <= (1 if b == a else 0):
+                        continue
+                    if _make_room(counts, load, cap, requests, eligible, overloaded, c, n, a, b):
+                        return True
     return False
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Sequence
 
 import pytest
 from repack_builders import fragmentation_list
 
 from scheduler_ext.repack.bounds import placement_bound
 from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
     build_problem,
     current_assignment,
     empty_assignment,
@@ -16,7 +20,13 @@ from scheduler_ext.repack.classes import (
     greedy_complete,
 )
 from scheduler_ext.repack.generator import Cell, generate, instances
-from scheduler_ext.repack.heuristics import best_start, make_room, pack_from_scratch, tier_value
+from scheduler_ext.repack.heuristics import (
+    _sizes,
+    best_start,
+    make_room,
+    pack_from_scratch,
+    tier_value,
+)
 from scheduler_ext.repack.snapshot import parse_list
 from scheduler_ext.repack.solver import SolveOptions, solve
 
@@ -28,6 +38,97 @@ def test_make_room_places_the_article_pod_with_one_move() -> None:
     y = make_room(problem, x, active, 0)
     assert feasible(problem, y)
     assert tier_value(problem, y, 0) == (10, -1)
+
+
+def _make_room_reference(problem: Problem, x: Assignment, tier: int) -> Assignment:
+    """make_room spelled out in Python, pod by pod: the first node where the pod fits, else
+    the first node, in order, where one pod (then two) of the tier's other classes, in class
+    order, can each go to the first other node where it fits and so make room."""
+    y = [list(row) for row in x]
+    load = [[0] * len(problem.resources) for _ in problem.node_names]
+    for c, row in enumerate(y):
+        for n, k in enumerate(row):
+            for r, q in enumerate(problem.classes[c].requests):
+                load[n][r] += k * q
+
+    def fits(c: int, n: int, leaving: Sequence[int] = ()) -> bool:
+        req = [problem.classes[d].requests for d in leaving]
+        return (
+            not problem.overloaded[n]
+            and n in problem.classes[c].eligible
+            and all(
+                load[n][r] - sum(q[r] for q in req) + need <= problem.capacity[n][r]
+                for r, need in enumerate(problem.classes[c].requests)
+            )
+        )
+
+    def shift(c: int, n: int, sign: int) -> None:
+        y[c][n] += sign
+        for r, q in enumerate(problem.classes[c].requests):
+            load[n][r] += sign * q
+
+    def place(c: int) -> bool:
+        nodes = range(len(problem.node_names))
+        for n in nodes:
+            if fits(c, n):
+                shift(c, n, 1)
+                return True
+        tier_classes = [d for d, cls in enumerate(problem.classes) if cls.priority == tier]
+        for k in (1, 2):
+            for n in nodes:
+                pool = [d for d in tier_classes if d != c for _ in range(min(y[d][n], k))]
+                for out in sorted(set(itertools.combinations(pool, k))):
+                    if problem.overloaded[n] or not fits(c, n, out):
+                        continue
+                    for d in out:
+                        shift(d, n, -1)
+                    moved = []
+                    for d in out:
+                        m = next((m for m in nodes if m != n and fits(d, m)), None)
+                        if m is None:
+                            break
+                        shift(d, m, 1)
+                        moved.append((d, m))
+                    if len(moved) == k and fits(c, n):
+                        shift(c, n, 1)
+                        return True
+                    for d, m in moved:
+                        shift(d, m, -1)
+                    for d in out:
+                        shift(d, n, 1)
+        return False
+
+    sizes = _sizes(problem, problem.active(tier))
+    order = sorted(
+        (c for c in sizes if problem.classes[c].priority == tier), key=lambda c: -sizes[c]
+    )
+    for c in order:
+        while sum(y[c]) < problem.classes[c].total and place(c):
+            pass
+    return y
+
+
+# instances where make_room places pods (1-5 in all tiers) by moving others
+@pytest.mark.parametrize(
+    ("cell", "seed"),
+    [(Cell(8, 4, 105, 2), s) for s in (0, 1, 4)]
+    + [(Cell(16, 8, 100, 4), s) for s in range(3)]
+    + [(Cell(12, 4, 95, 1), s) for s in range(3)],
+)
+def test_make_room_makes_the_moves_spelled_out_in_python(cell: Cell, seed: int) -> None:
+    problem = build_problem(generate(cell, seed))
+    x = current_assignment(problem)
+    gained = 0
+    for tier in problem.tiers:
+        new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
+        kept = greedy_complete(problem, x, new)
+        active = problem.active(tier)
+        y = make_room(problem, kept, active, tier)
+        assert y == _make_room_reference(problem, kept, tier)
+        assert feasible(problem, y, active)
+        gained += tier_value(problem, y, tier)[0] - tier_value(problem, kept, tier)[0]
+        x = y
+    assert gained > 0  # these instances have pods that only fit once others move
 
 
 @pytest.mark.parametrize("seed", range(4))
