@@ -186,6 +186,14 @@ PLACE_BESIDE_MIN_NODES = LNS_MIN_NODES
 # start or target of the LP: so used, the dive from its columns failed on n32-ppn4-u100-k1
 # (126 pods, not 127, with three seeds of four)
 PRE_SWAP_SHARE = 0.1
+# the least time a node for the top tier's disrupt LP to count as quick (``_quick_bound``).
+# Measured on 32 nodes with four pods per node and one tier at 1 s: the LP met the least
+# disruption known (37 moves, proven) in phases of 0.45-0.52 s, where the undoing of moves
+# left 46-49; in phases of 0.3 s it ran out of time and left 60-63, where the undoing left 55
+QUICK_TOP_SECONDS = 0.0125
+# the time CP-SAT needs to build a choice of one pattern a node, per column (measured 0.054-0.094
+# s for 2 300-2 450 columns on 32 nodes): a price-and-branch packing given less is not tried
+PACK_SECONDS_PER_COLUMN = 40e-6
 NEVER = 2**62  # an objective bound no search reaches
 
 
@@ -422,10 +430,18 @@ class _Phases:
         groups' patterns can be listed within LIST_SHARE of the phase (measured on 32 nodes
         with two tiers and four pods per node: bound and dive in 0.1-0.4 s, where a sub-second
         phase's LNS left one to eighteen moves more; with eight pods per node the listing
-        fails, and the LNS is better off with the time)."""
+        fails, and the LNS is better off with the time). So is the top tier's, with no tier
+        above, where its place phase listed the patterns and the phase has QUICK_TOP_SECONDS
+        a node."""
         frozen = self._frozen(tier, fixes)
         if frozen is None:
-            return False
+            top = not any(f.kind == "disruption" for f in fixes)
+            return (
+                top
+                and self._unlisted.get(tier) is False
+                and seconds >= QUICK_TOP_SECONDS * len(self.problem.node_names)
+                and self._lists(self.problem, tier, seconds, LIST_SHARE)
+            )
         return self._lists(frozen.problem, tier, seconds, LIST_SHARE)
 
     def _listed(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
@@ -1132,7 +1148,9 @@ class _Phases:
         if dived and of(problem, dived[0], tier) == bound:
             return bound, dived[0]  # the dive met the bound: no packing can do better
         seconds = PACK_SHARE * (deadline - (clock or self.clock)())
-        if maximise:
+        if PACK_SECONDS_PER_COLUMN * sum(map(len, columns.values())) > seconds:
+            packed = None  # it would overrun the phase
+        elif maximise:
             packed = pattern_solution(space, tier, floors, columns, seconds, self.options.workers)
         else:
             packed = disruption_solution(

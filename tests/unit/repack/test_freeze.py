@@ -116,6 +116,61 @@ def test_a_short_disrupt_phase_below_frozen_tiers_gets_its_bound_when_the_patter
     assert not quick(Cell(32, 8, 95, 2), 0)
 
 
+def test_a_short_disrupt_phase_of_the_top_tier_gets_its_bound_when_its_place_phase_listed() -> None:
+    # no tier above: the LP holds only this tier's pods, as below frozen tiers; it needs the
+    # place phase's listing and QUICK_TOP_SECONDS a node
+    problem = build_problem(instances(Cell(32, 4, 100, 1), 1)[0][1])
+    tier = problem.tiers[0]
+    placed = [Fix("placed", tier, "==", 127)]
+    enough = solver.QUICK_TOP_SECONDS * len(problem.node_names)
+
+    def quick(place: str, seconds: float, fixes: list[Fix]) -> bool:
+        phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
+        if place == "listed":  # as a 1 s solve's place phase does
+            assert phases._listed(tier, [], 1.0)
+        elif place == "unlisted":
+            phases._unlisted[tier] = True
+        return phases._quick_bound(tier, fixes, seconds)
+
+    assert quick("listed", enough, placed)
+    assert not quick("listed", 0.9 * enough, placed)  # too short: the undoing of moves gets it
+    assert not quick("unlisted", enough, placed)  # the place phase found that they do not list
+    assert not quick("none", enough, placed)  # ... or never asked (nothing to price from)
+    # a lower tier whose tiers above may disrupt: not the top, and nothing frozen
+    assert not quick("listed", enough, [*placed, Fix("disruption", tier + 1, "<=", 3)])
+
+
+def test_a_price_and_branch_packing_is_not_built_without_the_time_to_build_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # building CP-SAT's choice of a pattern a node takes about PACK_SECONDS_PER_COLUMN a
+    # column: given less, the phase keeps what it has rather than overrun its time
+    problem = build_problem(instances(Cell(16, 4, 100, 1), 1)[0][1])
+    tier = problem.tiers[0]
+    x = current_assignment(problem)
+    generated = 500
+    built: list[float] = []
+
+    def bound(*args: Any, columns: dict[int, list[dict[int, int]]], **kwargs: Any) -> int:
+        # a bound below the target that leaves ``generated`` columns and no dive
+        for i in range(generated):
+            columns.setdefault(i % len(problem.node_names), []).append({0: i})
+        return 1
+
+    def packing(*args: Any, **kwargs: Any) -> None:
+        built.append(args[4])  # its seconds
+
+    monkeypatch.setattr(solver, "disruption_bound", bound)
+    monkeypatch.setattr(solver, "disruption_solution", packing)
+    fixes = [Fix("placed", tier, "==", sum(sum(row) for row in x))]
+    phases = solver._Phases(problem, SolveOptions(time_limit=10), lambda: 0.0)
+    need = solver.PACK_SECONDS_PER_COLUMN * generated / solver.PACK_SHARE  # of the time left
+    for deadline, tried in ((1.01 * need, True), (0.99 * need, False)):
+        built.clear()
+        assert phases._patterns(tier, False, fixes, [x], 10.0, 5, deadline) == (1, None)
+        assert bool(built) == tried
+
+
 def test_the_disrupt_phase_below_frozen_tiers_bounds_the_frozen_problem(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
