@@ -41,8 +41,9 @@ or more an LNS that undoes moves (first the swap search's iterated undoing of mo
 first and every stuck run starting from a fresh packing, then CP-SAT refills of neighbourhoods),
 then one search with that bound as a cut; on SHORT_MIN_NODES nodes or more with less than
 MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what they leave lists
-quickly: ``_quick_bound``), and so on 12 nodes or more whose place phase found that the patterns
-do not list. Otherwise, on several cores, that search runs in a
+quickly, or the tier is the top one, its place phase listed the patterns and the phase has
+QUICK_TOP_SECONDS a node: ``_quick_bound``), and so on 12 nodes or more whose place phase found
+that the patterns do not list. Otherwise, on several cores, that search runs in a
 thread from the start (``_side_by_side``), beside the bound with its dive and packing (on 12 nodes
 or more only when every node is priced from listed maximal patterns, which is exact and fast: on 16
 identical nodes with four pods per node the dive meets the bound, a proof, in a few tenths of a
@@ -477,10 +478,11 @@ class _Phases:
             self._solver.stop_search()
 
     def _searchable(self, tier: int, seconds: float) -> bool:
-        """Whether a whole-model search of the tier gets more than the time to build and hint
-        its model (on 128 nodes with eight pods per node that alone takes 1.5 s: no search,
-        rather than an overrun)."""
-        return SETUP_SECONDS_PER_VARIABLE * self.models.variables(tier) <= seconds
+        """Whether a whole-model search of the tier gets twice the time to build and hint its
+        model (on 128 nodes with eight pods per node that alone takes 1.5 s: no search, rather
+        than an overrun; on 32 nodes with four pods per node, a search started with 0.04-0.05 s
+        left beside the undoing of moves took 0.05-0.08 s to return, and found nothing)."""
+        return 2 * SETUP_SECONDS_PER_VARIABLE * self.models.variables(tier) <= seconds
 
     def _search_beside(
         self,

@@ -125,3 +125,14 @@ def test_the_work_beside_a_declined_search_keeps_the_phase(monkeypatch: pytest.M
     )
     assert status == solver.cp_model.UNKNOWN and found is None and best == start
     assert readings and all(math.isfinite(r) for r in readings)
+
+
+def test_a_search_is_started_only_with_twice_the_time_to_build_its_model() -> None:
+    # a search that spends its time building its model finds nothing and overruns the phase
+    problem = build_problem(instances(Cell(32, 4, 100, 1), 1)[0][1])
+    tier = problem.tiers[0]
+    phases = solver._Phases(problem, SolveOptions(time_limit=1, workers=2), lambda: 0.0)
+    build = solver.SETUP_SECONDS_PER_VARIABLE * phases.models.variables(tier)
+    assert build > 0.01  # 32 nodes: thousands of variables
+    assert phases._searchable(tier, 2 * build)
+    assert not phases._searchable(tier, 1.9 * build)
