@@ -42,7 +42,7 @@ first and every stuck run starting from a fresh packing, then CP-SAT refills of 
 then one search with that bound as a cut; on SHORT_MIN_NODES nodes or more with less than
 MIN_BOUND_SECONDS, only the LNS (unless the tiers above are frozen and what they leave lists
 quickly, or the tier is the top one, its place phase listed the patterns and the phase has
-QUICK_TOP_SECONDS a node: ``_quick_bound``), and so on 12 nodes or more whose place phase found
+QUICK_TOP_SECONDS a node: ``_quick_bound``), and so on 8 nodes or more whose place phase found
 that the patterns do not list. Otherwise, on several cores, that search runs in a
 thread from the start (``_side_by_side``), beside the bound with its dive and packing (on 12 nodes
 or more only when every node is priced from listed maximal patterns, which is exact and fast: on 16
@@ -148,6 +148,12 @@ SHORT_MIN_NODES = 24
 # the share of a short disrupt phase a try at listing its frozen problem's patterns may take
 LIST_SHARE = 0.25
 LNS_MIN_NODES = 12
+# ... and from this many nodes where the place phase found that the patterns do not list (eight
+# pods per node), a sub-second disrupt phase is left to the undoing of moves: on 8 nodes too,
+# the search beside it found nothing the undoing did not (96 grid instances at 1 s, four seeds
+# run alternately: n8-ppn8-u105-k1 reached the least known 8 moves with every seed, against
+# none; the other 8-node instances unchanged)
+UNLISTED_SHORT_MIN_NODES = 8
 HEURISTIC_SHARE = 0.25
 # the time kept for making the plan once the phases end: this much a pod, at most this share
 PLAN_SECONDS_PER_POD = 60e-6
@@ -632,13 +638,16 @@ class _Phases:
             and incumbent is not None
             and (
                 len(problem.node_names) >= SHORT_MIN_NODES
-                # ... and from LNS_MIN_NODES where the place phase found that the patterns do
-                # not list: there no bound runs beside the search, and in under a second the
-                # search found nothing the undoing of moves did not; two chains of it, the
-                # second from a fresh packing, do better (96 grid instances at 1 s, four seeds:
-                # 87.0 reach the best-known outcome a run, against 86.25; the 18 whose outcome
-                # varies, eight other seeds: 14.4 against 13.9)
-                or (len(problem.node_names) >= LNS_MIN_NODES and self._unlisted.get(tier, False))
+                # ... and from UNLISTED_SHORT_MIN_NODES where the place phase found that the
+                # patterns do not list: there no bound runs beside the search, and in under a
+                # second the search found nothing the undoing of moves did not; two chains of
+                # it, the second from a fresh packing, do better (96 grid instances at 1 s,
+                # four seeds: 87.0 reach the best-known outcome a run, against 86.25; the 18
+                # whose outcome varies, eight other seeds: 14.4 against 13.9)
+                or (
+                    len(problem.node_names) >= UNLISTED_SHORT_MIN_NODES
+                    and self._unlisted.get(tier, False)
+                )
             )
             and seconds < MIN_BOUND_SECONDS
             # (the quick bound runs beside the search, so only on several cores)
@@ -695,7 +704,7 @@ class _Phases:
             and not maximise
             and best is not None
             and value(best) > bound
-            and len(problem.node_names) >= LNS_MIN_NODES
+            and (len(problem.node_names) >= LNS_MIN_NODES or short_disrupt)
             and not side_by_side
         ):
             # large clusters: undo moves by LNS before the whole-model search (on small ones

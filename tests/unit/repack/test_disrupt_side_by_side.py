@@ -81,11 +81,12 @@ def test_large_listed_clusters_run_the_disruption_lp_before_the_search(
         assert events.index("bound done") < events.index("search"), events
 
 
+@pytest.mark.parametrize("nodes", [8, 16])
 def test_unlisted_mid_sized_clusters_undo_moves_on_every_core_under_a_second(
-    monkeypatch: pytest.MonkeyPatch,
+    nodes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # 16 nodes with eight pods each: the patterns do not list, so a sub-second disrupt phase
-    # runs no search, only the undoing of moves, one chain a core
+    # 8 or 16 nodes with eight pods each: the patterns do not list, so a sub-second disrupt
+    # phase runs no search, only the undoing of moves, one chain a core
     events = _events(monkeypatch)
     chains: list[int] = []
     undo = solver.swap_search.undo_moves
@@ -95,9 +96,22 @@ def test_unlisted_mid_sized_clusters_undo_moves_on_every_core_under_a_second(
         return undo(*args, **kwargs)
 
     monkeypatch.setattr(solver.swap_search, "undo_moves", recorded_undo)
-    snapshot = instances(Cell(16, 8, 100, 1), 1)[0][1]
+    snapshot = instances(Cell(nodes, 8, 105, 1), 1)[0][1]
     plan = solve(snapshot, SolveOptions(time_limit=1, workers=2))
     assert plan.status in ("OPTIMAL", "FEASIBLE")
     assert plan.after.vector > plan.before.vector
     assert "search" not in events
     assert chains == [2]
+
+
+def test_unlisted_clusters_below_eight_nodes_keep_their_disrupt_search(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # four nodes: the search proves such phases in hundredths of a second
+    events = _events(monkeypatch)
+    snapshot = instances(Cell(4, 8, 105, 1), 1)[0][1]
+    plan = solve(snapshot, SolveOptions(time_limit=1, workers=2))
+    assert plan.after.vector > plan.before.vector
+    disrupt = [p for p in plan.phases if p.phase == "disrupt"]
+    assert disrupt and disrupt[-1].status == "OPTIMAL"
+    assert "search" in events
