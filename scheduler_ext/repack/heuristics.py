@@ -34,6 +34,9 @@ from scheduler_ext.repack.relabel import node_groups, relabel
 I1, I2 = types.int64[::1], types.int64[:, ::1]
 B1, B2 = types.boolean[::1], types.boolean[:, ::1]
 i64 = types.int64
+# what a make_room search reads but never changes: free capacity per (node, resource), requests
+# per (class, resource), eligibility per (class, node), the overloaded nodes
+FIXED = types.Tuple((I2, I2, B2, B1))
 
 
 def _sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
@@ -97,21 +100,19 @@ def make_room(
     overloaded = np.array(problem.overloaded, dtype=np.bool_).reshape(nodes)
     # in class order: the pairs tried are in the order of their classes
     movable = np.array(sorted(order), dtype=np.int64)
+    fixed = (cap, requests, eligible, overloaded)
     for c in order:
         while counts[c].sum() < problem.classes[c].total and clock() < until:
-            if not _place_one(counts, load, cap, requests, eligible, overloaded, movable, c):
+            if not _place_one(counts, load, fixed, movable, c):
                 break
     y: Assignment = counts.tolist()
     return y if feasible(problem, y, active) else x
 
 
-@compiled(types.boolean(I2, I2, I2, B2, B1, i64, i64, i64, i64))
+@compiled(types.boolean(I2, FIXED, i64, i64, i64, i64))
 def _fits(
     load: np.ndarray,
-    cap: np.ndarray,
-    requests: np.ndarray,
-    eligible: np.ndarray,
-    overloaded: np.ndarray,
+    fixed: tuple[np.ndarray, ...],
     c: int,
     n: int,
     first: int,
@@ -119,6 +120,7 @@ def _fits(
 ) -> bool:
     """Whether a pod of class c fits on node n once a pod of class ``first`` and one of
     ``second`` have left it (-1: none)."""
+    cap, requests, eligible, overloaded = fixed
     if overloaded[n] or not eligible[c, n]:
         return False
     for r in range(load.shape[1]):
@@ -141,34 +143,24 @@ def _shift(
         load[n, r] += sign * requests[c, r]
 
 
-@compiled(types.int64(I2, I2, I2, I2, B2, B1, i64, i64))
+@compiled(types.int64(I2, I2, FIXED, i64, i64))
 def _elsewhere(
-    counts: np.ndarray,
-    load: np.ndarray,
-    cap: np.ndarray,
-    requests: np.ndarray,
-    eligible: np.ndarray,
-    overloaded: np.ndarray,
-    d: int,
-    n: int,
+    counts: np.ndarray, load: np.ndarray, fixed: tuple[np.ndarray, ...], d: int, n: int
 ) -> int:
     """A pod of class d moved to the first node other than n where it fits: that node, or -1
     (and nothing moved)."""
     for m in range(counts.shape[1]):
-        if m != n and _fits(load, cap, requests, eligible, overloaded, d, m, -1, -1):
-            _shift(counts, load, requests, d, m, 1)
+        if m != n and _fits(load, fixed, d, m, -1, -1):
+            _shift(counts, load, fixed[1], d, m, 1)
             return m
     return -1
 
 
-@compiled(types.boolean(I2, I2, I2, I2, B2, B1, i64, i64, i64, i64))
+@compiled(types.boolean(I2, I2, FIXED, i64, i64, i64, i64))
 def _make_room(
     counts: np.ndarray,
     load: np.ndarray,
-    cap: np.ndarray,
-    requests: np.ndarray,
-    eligible: np.ndarray,
-    overloaded: np.ndarray,
+    fixed: tuple[np.ndarray, ...],
     c: int,
     n: int,
     first: int,
@@ -177,20 +169,17 @@ def _make_room(
     """A pod of class c placed on node n after a pod of class ``first`` and one of ``second``
     (-1: none) leave it for the first other nodes where they fit; False, and nothing changed,
     when they do not fit elsewhere or c still does not fit."""
-    if not _fits(load, cap, requests, eligible, overloaded, c, n, first, second):
+    requests = fixed[1]
+    if not _fits(load, fixed, c, n, first, second):
         return False
     _shift(counts, load, requests, first, n, -1)
     if second >= 0:
         _shift(counts, load, requests, second, n, -1)
-    to_first = _elsewhere(counts, load, cap, requests, eligible, overloaded, first, n)
+    to_first = _elsewhere(counts, load, fixed, first, n)
     to_second = -1
     if to_first >= 0 and second >= 0:
-        to_second = _elsewhere(counts, load, cap, requests, eligible, overloaded, second, n)
-    if (
-        to_first >= 0
-        and (second < 0 or to_second >= 0)
-        and _fits(load, cap, requests, eligible, overloaded, c, n, -1, -1)
-    ):
+        to_second = _elsewhere(counts, load, fixed, second, n)
+    if to_first >= 0 and (second < 0 or to_second >= 0) and _fits(load, fixed, c, n, -1, -1):
         _shift(counts, load, requests, c, n, 1)
         return True
     if to_second >= 0:
@@ -203,14 +192,11 @@ def _make_room(
     return False
 
 
-@compiled(types.boolean(I2, I2, I2, I2, B2, B1, I1, i64))
+@compiled(types.boolean(I2, I2, FIXED, I1, i64))
 def _place_one(
     counts: np.ndarray,
     load: np.ndarray,
-    cap: np.ndarray,
-    requests: np.ndarray,
-    eligible: np.ndarray,
-    overloaded: np.ndarray,
+    fixed: tuple[np.ndarray, ...],
     movable: np.ndarray,
     c: int,
 ) -> bool:
@@ -218,10 +204,11 @@ def _place_one(
     where one pod (then two) of the ``movable`` classes, in their order, can leave for other
     nodes. Compiled: in Python, trying every node and pair for each pod took 0.04-0.18 s of a
     1 s solve on 32 nodes."""
+    eligible, overloaded = fixed[2], fixed[3]
     nodes = counts.shape[1]
     for n in range(nodes):
-        if _fits(load, cap, requests, eligible, overloaded, c, n, -1, -1):
-            _shift(counts, load, requests, c, n, 1)
+        if _fits(load, fixed, c, n, -1, -1):
+            _shift(counts, load, fixed[1], c, n, 1)
             return True
     for k in (1, 2):
         for n in range(nodes):
@@ -232,7 +219,7 @@ def _place_one(
                 if a == c or counts[a, n] <= 0:
                     continue
                 if k == 1:
-                    if _make_room(counts, load, cap, requests, eligible, overloaded, c, n, a, -1):
+                    if _make_room(counts, load, fixed, c, n, a, -1):
                         return True
                     continue
                 for j in range(i, len(movable)):
@@ -240,7 +227,7 @@ def _place_one(
                     # two pods of one class only where two run
                     if b == c or counts[b, n] <= (1 if b == a else 0):
                         continue
-                    if _make_room(counts, load, cap, requests, eligible, overloaded, c, n, a, b):
+                    if _make_room(counts, load, fixed, c, n, a, b):
                         return True
     return False
 
