@@ -162,7 +162,11 @@ def undo_moves(
     if not feasible(problem, x, active):
         return x
     value = tier_value(problem, x, tier)
-    first = _State(problem, x, tier, seed, UNDO_MU, scaled=True)
+
+    def state_of(y: Assignment, draws: int) -> _State:
+        return _State(problem, y, tier, draws, UNDO_MU, scaled=True)
+
+    first = state_of(x, seed)
     states = [first] + [first.chain(seed + k) for k in range(1, chains)]
     # (the pods outside the classes and nodes in play must be where ``x`` has them)
     in_play, on = set(first.classes), set(first.nodes)
@@ -184,13 +188,23 @@ def undo_moves(
     bases = [x] * chains
     for k, y in enumerate(others[: chains - 1], start=1):
         if admits(y):
-            states[k] = _State(problem, y, tier, seed + k, UNDO_MU, scaled=True)
+            states[k] = state_of(y, seed + k)
             bases[k] = y
     # each chain's start, for its restarts
     pairs = enumerate(zip(states, bases, strict=True))
     starts = [(state.chain(seed + k), base) for k, (state, base) in pairs]
-    bests = [state.counts.copy() for state in states]
-    costs = [int(kernel.cost(s.current, s.running, s.counts)) for s in states]
+    # each chain's current run: its best counts and their cost
+    bests: list[np.ndarray] = [np.empty(0)] * chains
+    costs = [0] * chains
+
+    def begin(k: int, state: _State, base: Assignment) -> None:
+        """Chain k's new run from ``state`` (made from ``base``)."""
+        states[k], bases[k] = state, base
+        bests[k] = state.counts.copy()
+        costs[k] = int(kernel.cost(state.current, state.running, bests[k]))
+
+    for k in range(chains):
+        begin(k, states[k], bases[k])
     # each chain's best run: (cost, counts, base); costs[k] is its current run's
     kept = [(cost, best.copy(), base) for cost, best, base in zip(costs, bests, bases, strict=True)]
     # the disruption outside the nodes in play does not change: the target less that part
@@ -199,11 +213,9 @@ def undo_moves(
     def restart(k: int, draws: int) -> None:
         y = None if fresh is None else fresh(draws)
         if y is not None and admits(y):
-            states[k], bases[k] = _State(problem, y, tier, draws, UNDO_MU, scaled=True), y
+            begin(k, state_of(y, draws), y)
         else:
-            states[k], bases[k] = starts[k][0].chain(draws), starts[k][1]
-        bests[k] = states[k].counts.copy()
-        costs[k] = int(kernel.cost(states[k].current, states[k].running, bests[k]))
+            begin(k, starts[k][0].chain(draws), starts[k][1])
 
     def walk(k: int) -> None:
         rounds = gained = runs = 0
