@@ -66,6 +66,7 @@ result and never returned.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -1026,9 +1027,10 @@ class _Phases:
             # starts again from another fresh packing
             chains = _cores(self.options) if clock is None else 1
             now = clock or self.clock
+            packing = self._fresh(tier, x, fixes)
 
             def fresh(seed: int) -> Assignment | None:
-                return self._fresh(tier, x, fixes, FRESH_SHARE * (until - now()), seed, now)
+                return packing(FRESH_SHARE * (until - now()), seed, now)
 
             first = fresh(self.options.seed) if chains > 1 else None
             found = swap_search.undo_moves(
@@ -1062,29 +1064,32 @@ class _Phases:
         return x
 
     def _fresh(
-        self,
-        tier: int,
-        x: Assignment,
-        fixes: Sequence[Fix],
-        seconds: float,
-        seed: int,
-        clock: Clock,
-    ) -> Assignment | None:
-        """Another packing placing as many pods of the tier as ``x`` (the higher tiers as in
-        ``x``): the tier's pods kept where they run while they fit, the rest placed by the swap
-        search (``seed``) within ``seconds``; None when that falls short."""
+        self, tier: int, x: Assignment, fixes: Sequence[Fix]
+    ) -> Callable[[float, int, Clock], Assignment | None]:
+        """Other packings placing as many pods of the tier as ``x`` (the higher tiers as in
+        ``x``), as a function of (seconds, seed, clock): the tier's pods kept where they run
+        while they fit (made once, at the first call), the rest placed by the swap search
+        (``seed``) within ``seconds``; None when that falls short."""
         problem = self.problem
-        active = problem.active(tier)
         target = _placed(problem, x, tier)
-        new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
-        start = greedy_complete(problem, _restrict(problem, x, tier + 1), new)
-        if not feasible(problem, start, active) or seconds <= 0:
+
+        @functools.cache
+        def start() -> Assignment | None:
+            new = [c for c, cls in enumerate(problem.classes) if cls.priority == tier]
+            y = greedy_complete(problem, _restrict(problem, x, tier + 1), new)
+            return y if feasible(problem, y, problem.active(tier)) else None
+
+        def packing(seconds: float, seed: int, clock: Clock) -> Assignment | None:
+            begin = start()
+            if seconds <= 0 or begin is None:
+                return None
+            y = swap_search.search(problem, begin, tier, clock() + seconds, clock, seed, target)
+            y = relabel(problem, y, tier, self.groups)
+            if _placed(problem, y, tier) == target and _satisfies(problem, y, fixes, tier):
+                return y
             return None
-        y = swap_search.search(problem, start, tier, clock() + seconds, clock, seed, target)
-        y = relabel(problem, y, tier, self.groups)
-        if _placed(problem, y, tier) == target and _satisfies(problem, y, fixes, tier):
-            return y
-        return None
+
+        return packing
 
     def _patterns(
         self,
