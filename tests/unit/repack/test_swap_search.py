@@ -214,10 +214,15 @@ def test_a_chain_starts_from_another_packing_when_given() -> None:
     )
 
 
-def test_a_stuck_run_starts_again_from_a_fresh_packing(monkeypatch: pytest.MonkeyPatch) -> None:
-    # every chunk of rounds without a gain ends a run here
+@pytest.fixture
+def restless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every chunk of rounds without a gain ends a run of the undoing of moves."""
     monkeypatch.setattr(swap_search, "RESTART_ROUNDS", 0)
     monkeypatch.setattr(swap_search, "RESTART_FACTOR", 0)
+
+
+@pytest.mark.usefixtures("restless")
+def test_a_stuck_run_starts_again_from_a_fresh_packing() -> None:
     problem, tier, packed = _place_phase_packing()
     better = swap_search.undo_moves(problem, packed, tier, until=300, clock=ticks())
     alone = swap_search.undo_moves(problem, packed, tier, until=20, clock=ticks())
@@ -236,9 +241,8 @@ def test_a_stuck_run_starts_again_from_a_fresh_packing(monkeypatch: pytest.Monke
     assert asked and len(set(asked)) == len(asked) and 3 not in asked
 
 
-def test_a_packing_placing_fewer_pods_is_no_fresh_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(swap_search, "RESTART_ROUNDS", 0)
-    monkeypatch.setattr(swap_search, "RESTART_FACTOR", 0)
+@pytest.mark.usefixtures("restless")
+def test_a_packing_placing_fewer_pods_is_no_fresh_start() -> None:
     problem, tier, packed = _place_phase_packing()
     fewer = [list(row) for row in packed]
     fewer[next(c for c in problem.active(tier) if sum(fewer[c]))] = [0] * len(fewer[0])
@@ -273,11 +277,8 @@ def test_a_fresh_packing_places_as_many_pods_and_meets_the_fixes() -> None:
     assert packing(0.0, 0, ticks()) is None
 
 
-def test_a_failing_fresh_packing_in_a_helper_chain_is_raised(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(swap_search, "RESTART_ROUNDS", 0)
-    monkeypatch.setattr(swap_search, "RESTART_FACTOR", 0)
+@pytest.mark.usefixtures("restless")
+def test_a_failing_fresh_packing_in_a_helper_chain_is_raised() -> None:
     problem, tier, packed = _place_phase_packing()
 
     def fresh(seed: int) -> Assignment | None:
