@@ -247,6 +247,11 @@ def _restrict(problem: Problem, x: Assignment, p: int) -> Assignment:
     ]
 
 
+def _first(fixes: Sequence[Fix]) -> bool:
+    """Whether no tier above has settled its disruption: the phase's tier is the first."""
+    return not any(f.kind == "disruption" for f in fixes)
+
+
 def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int) -> bool:
     """Is x a solution of the phase model at ``tier`` with these fixes?"""
     active = problem.active(tier)
@@ -428,9 +433,7 @@ class _Phases:
         """Whether a place phase's pattern LP may dive: the dive moves pods freely, so its
         packing cannot meet the disruption settled for a higher tier (and dives are not cheap);
         only the first tier dives, or a lower one whose higher tiers' pods are frozen."""
-        return self._frozen(tier, fixes) is not None or not any(
-            f.kind == "disruption" for f in fixes
-        )
+        return self._frozen(tier, fixes) is not None or _first(fixes)
 
     def _quick_bound(self, tier: int, fixes: Sequence[Fix], seconds: float) -> bool:
         """Whether a disrupt phase's pattern LP is quick: the tiers above are frozen, so only
@@ -443,9 +446,8 @@ class _Phases:
         a node."""
         frozen = self._frozen(tier, fixes)
         if frozen is None:
-            top = not any(f.kind == "disruption" for f in fixes)
             return (
-                top
+                _first(fixes)
                 and self._unlisted.get(tier) is False
                 and seconds >= QUICK_TOP_SECONDS * len(self.problem.node_names)
                 and self._lists(self.problem, tier, seconds, LIST_SHARE)
