@@ -334,6 +334,7 @@ def placement_bound(
     packings: list[Assignment] | None = None,
     seed: int = 0,
     listings: Listings | None = None,
+    reached: int | None = None,
 ) -> int | None:
     """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
 
@@ -346,6 +347,8 @@ def placement_bound(
     None unless every group is (the knapsack pricing would be too slow). ``packings``: when
     the bound is above ``target``, an LP dive appends its integer packing (if it finds one
     placing more). ``listings``: listings made earlier in the solve, reused and added to.
+    ``reached``: what a packing at hand places, above ``target``; a bound that meets it ends
+    the LP as ``target`` does, and there is no dive (its floor stays ``target``).
     """
     deadline = clock() + seconds
     active = problem.active(tier)
@@ -467,7 +470,7 @@ def placement_bound(
                 # no pattern of any group prices out (proven by the pricing's upper bounds):
                 # the LP is optimal over every column, floors included, so its value bounds too
                 best_bound = min(best_bound, farley, total, value if optimal else math.inf)
-                if target is not None and _floor(best_bound) == target:
+                if _floor(best_bound) in {target, reached} - {None}:
                     return value
                 if best_bound - value < 1e-6:
                     return value
@@ -476,7 +479,12 @@ def placement_bound(
 
     converge(True)
     bound = _floor(best_bound)
-    if packings is not None and bound is not None and (target is None or bound > target):
+    if (
+        packings is not None
+        and bound is not None
+        and (target is None or bound > target)
+        and (reached is None or bound > reached)
+    ):
         found = _dive(
             problem,
             converge,

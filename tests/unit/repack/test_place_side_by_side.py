@@ -104,3 +104,36 @@ def test_a_short_place_phase_keeps_a_packing_for_a_dive_out_of_time(
     # packing kept aside places more (measured: 126 of the best-known 127, the start 118)
     assert placed[True] == tier_value(problem, start, tier)[0]
     assert placed[False] > placed[True]
+
+
+def test_a_packing_aside_that_meets_the_bound_ends_the_phase_without_the_dive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 32 nodes, four pods per node, under a second: the swap search's packing kept aside is
+    # what the pattern LP is told a packing at hand reaches; with a clock that stands still
+    # the search ends where it stalls, at 126 of the 127 pods with seed 0, at 127 with seed 1
+    ((_, snapshot),) = instances(Cell(32, 4, 100, 1), 1)
+    problem = build_problem(snapshot)
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, current_assignment(problem), tier)
+    calls: list[tuple[int | None, int | None, int]] = []
+    real = solver.placement_bound
+
+    def spy(*args: Any, **kwargs: Any) -> int | None:
+        bound = real(*args, **kwargs)
+        calls.append((kwargs["reached"], bound, len(kwargs["packings"])))
+        return bound
+
+    monkeypatch.setattr(solver, "placement_bound", spy)
+    dived = {}
+    for seed in (0, 1):
+        phases = solver._Phases(problem, SolveOptions(time_limit=0.9, seed=seed), lambda: 0.0)
+        phases._unlisted[tier] = False
+        found = phases._place_side_by_side(tier, [], start, start, 0.9, 128, phases.deadline)
+        ((reached, bound, packings),) = calls[-1:]
+        assert reached is not None and reached > tier_value(problem, start, tier)[0]
+        # either way the phase ends with the bound's count placed, proven
+        assert tier_value(problem, found[4], tier)[0] == bound
+        dived[reached == bound] = packings
+    # the dive runs only when the packing aside falls short of the bound
+    assert dived == {False: 1, True: 0}
