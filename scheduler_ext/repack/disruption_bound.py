@@ -41,7 +41,8 @@ Solutions: ``disruption_solution`` picks one generated column per node by CP-SAT
 uses most, price again (undoing the latest fixes when the placed floors stop fitting), and turn
 the integral pattern choice into an assignment (``fill``); dives after the first break ties at
 random. With an incumbent to beat and every node listed, a choice among the cheapest columns
-by reduced cost comes first and after every dive that improves (``_reduced_cost_pick``): an
+by reduced cost comes first (on DIVE_FIRST_MIN_NODES nodes or more, after the first dive, which
+fixes several nodes a step there) and after every dive that improves (``_reduced_cost_pick``): an
 assignment costs at least the LP value plus the reduced costs of its columns, so one cheaper
 than the incumbent uses only listed patterns whose reduced cost is below the gap. When they are
 few, CP-SAT choosing among them finds the least disruption or proves there is none below the
@@ -101,8 +102,16 @@ DIVES = 10
 NOISE = 0.3
 # a randomised dive fixes this share of the nodes left per step (measured on 32 identical
 # nodes: dives 2-4 times faster than one node per step, as good on average, but the first,
-# deterministic dive keeps one node per step: batched, it failed on one of two instances)
+# deterministic dive keeps one node per step: batched, it failed on one of two instances),
+# and so does the first one on DIVE_FIRST_MIN_NODES nodes or more
 BATCH = 6
+# on this many nodes or more the LP's first dive, batched, comes before the reduced-cost pick
+# (the pick then follows a dive that improves). Measured on 32 nodes, replaying each 1 s
+# solve's disruption LP with 3 s, seeds 0-5 of n32-ppn4-u100-k1: the same 37 moves, proven, in
+# 0.38-0.52 s against 0.42-1.72 s (the pick's time depends on which of the LP's equally good
+# duals it gets); n32-ppn4-u100-k2's lower tier (a 0.37 s budget there) 0.18-0.19 s against
+# 0.31-0.42 s. On 16 nodes with four pods per node it was slower as often as faster
+DIVE_FIRST_MIN_NODES = 24
 # relative error of a single-precision pattern value (float32 has 24 bits: 6e-8, with margin
 # for the sum over a pattern's classes), added to every listed node's best value so the
 # Lagrangian bound stays valid
@@ -571,13 +580,14 @@ class _Master:
         clock: Clock,
         worse: int | None,
         rng: random.Random | None = None,
+        batch: bool = False,
     ) -> dict[int, dict[int, int]] | None:
         """An integral choice of one column per node by LP diving: fix the column the LP uses
         most on a node not fixed yet (with ``rng``, ties broken at random: levels get a random
-        bonus of up to NOISE, and the best 1/BATCH of the nodes left are fixed at once, which
-        is several times faster), price the other nodes again, repeat. When a fix makes the
-        LP infeasible (the placed floors no longer fit), the latest fixes are undone and their
-        columns forbidden, at most BACKTRACKS in all. Gives up when the LP cannot beat
+        bonus of up to NOISE; with ``batch``, the best 1/BATCH of the nodes left are fixed at
+        once, which is several times faster), price the other nodes again, repeat. When a fix
+        makes the LP infeasible (the placed floors no longer fit), the latest fixes are undone
+        and their columns forbidden, at most BACKTRACKS in all. Gives up when the LP cannot beat
         ``worse`` any more, stays infeasible, or at ``deadline``."""
         fixed: dict[int, dict[int, int]] = {}
         stack: list[tuple[int, Any]] = []  # the fixes in order: (node, variable)
@@ -599,7 +609,7 @@ class _Master:
             if not whole and top:
                 bonus = {n: NOISE * rng.random() if rng else 0.0 for n in top}
                 ranked = sorted(top, key=lambda n: -(top[n][0] + bonus[n]))
-                whole = ranked[: max(1, len(ranked) // BATCH) if rng else 1]
+                whole = ranked[: max(1, len(ranked) // BATCH) if batch else 1]
             for n in whole:
                 fixed[n] = top[n][1]
                 top[n][2].SetLb(1)
@@ -697,7 +707,8 @@ def disruption_bound(
         )
 
     found, worse = None, target
-    if exact and target is not None:
+    dive_first = len(master.nodes) >= DIVE_FIRST_MIN_NODES
+    if exact and target is not None and not dive_first:
         # first a choice among the cheapest columns by reduced cost: exact when those that can
         # take part in a better assignment are few, else a quick heuristic (measured on 32
         # nodes with frozen upper tiers, 8 columns a node: the LP's bound met in 0.03-0.16 s,
@@ -708,7 +719,16 @@ def disruption_bound(
             worse = _cost(problem, tier, found)
     if worse is None or bound < worse:
         dived, bound = _dives(
-            problem, tier, master, listed, deadline, clock, worse, bound, pick if exact else None
+            problem,
+            tier,
+            master,
+            listed,
+            deadline,
+            clock,
+            worse,
+            bound,
+            pick if exact else None,
+            batch_first=dive_first,
         )
         found = dived if dived is not None else found
     if found is not None:
@@ -776,17 +796,21 @@ def _dives(
     target: int | None,
     bound: int,
     pick: Callable[[float, int], tuple[Assignment | None, int]] | None,
+    batch_first: bool = False,
 ) -> tuple[Assignment | None, int]:
     """The least disruptive assignment of up to DIVES dives from the converged LP (the first
-    deterministic, the others with random tie-breaks; each must beat the best so far), until
-    one meets ``bound`` or ``deadline``, and the bound. After a dive that improves, ``pick``
-    (LP value, disruption to beat) chooses among the columns that could beat it: an
-    assignment better still, or, when they are few, a proof that none is."""
+    deterministic, one node a step unless ``batch_first``, the others batched with random
+    tie-breaks; each must beat the best so far), until one meets ``bound`` or ``deadline``,
+    and the bound. After a dive that improves, ``pick`` (LP value, disruption to beat)
+    chooses among the columns that could beat it: an assignment better still, or, when they
+    are few, a proof that none is."""
     rng = random.Random(0)
     best: Assignment | None = None
     worse = target
     for attempt in range(DIVES):
-        chosen = master.dive(listed, deadline, clock, worse, rng if attempt else None)
+        chosen = master.dive(
+            listed, deadline, clock, worse, rng if attempt else None, bool(attempt) or batch_first
+        )
         improved = False
         if chosen is not None:
             x = fill(problem, tier, chosen)

@@ -355,6 +355,43 @@ def test_the_choice_among_few_columns_finds_the_minimum_without_a_dive(
     assert improved >= 1  # some incumbent left room to improve
 
 
+@pytest.mark.parametrize("dive_first", [False, True])
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.name)
+def test_on_many_nodes_the_batched_first_dive_comes_before_the_choice(
+    cell: Cell, dive_first: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the node threshold lowered (or raised) so that these small instances take either order;
+    # both find and prove the least disruption
+    monkeypatch.setattr(dbound, "DIVE_FIRST_MIN_NODES", 1 if dive_first else 10**6)
+    calls: list[tuple[str, bool]] = []
+    real_dive, real_pick = dbound._Master.dive, dbound._reduced_cost_pick
+
+    def dive(self: Any, *args: Any) -> Any:
+        calls.append(("dive", bool(args[5]) if len(args) > 5 else False))
+        return real_dive(self, *args)
+
+    def pick(*args: Any) -> Any:
+        calls.append(("pick", False))
+        return real_pick(*args)
+
+    monkeypatch.setattr(dbound._Master, "dive", dive)
+    monkeypatch.setattr(dbound, "_reduced_cost_pick", pick)
+    improved = 0
+    for _, snapshot in instances(cell, 3):
+        problem = build_problem(snapshot)
+        for floor, start, truth, target in _rotated_cases(problem):
+            calls.clear()
+            bound, found = _with_incumbent(problem, floor, start, target)
+            assert bound == truth
+            if truth == target:
+                continue
+            assert feasible(problem, found[0]) and _cost(problem, found[0]) == truth
+            # the first step: the batched, deterministic dive, or the choice
+            assert calls[0] == (("dive", True) if dive_first else ("pick", False))
+            improved += 1
+    assert improved >= 1  # some incumbent left room to improve
+
+
 def test_fill_keeps_current_pods_where_their_class_has_a_slot() -> None:
     problem = build_problem(instances(Cell(2, 4, 105, 1), 3)[0][1])
     tier = problem.tiers[-1]
