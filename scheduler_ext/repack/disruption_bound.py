@@ -53,8 +53,8 @@ the bound converges in under 0.1 s and the first dive meets it; on 32 such nodes
 patterns) the listing takes 0.1-0.35 s (once per solve: the place phase's is reused), the
 convergence from each node's KEEPERS columns 0.17-0.25 s (GLOP without scaling or presolve,
 ``bounds.GLOP_PARAMETERS``: 0.05 s of it; the rest is pricing and adding columns) and a dive
-0.1-0.7 s on a 2-core machine: too slow for the 0.35-0.6 s a 1 s solve leaves its disrupt
-phase, in time from 2-3 s.
+fixing one node a step 0.1-0.7 s on a 2-core machine, too slow for the 0.35-0.6 s a 1 s solve
+leaves its disrupt phase; batched, as the first dive is there, 0.05-0.3 s.
 Pure: the clock is a parameter. Neighbours: ``bounds`` (ColumnPool, knapsack), ``patterns``,
 ``solver``.
 """
