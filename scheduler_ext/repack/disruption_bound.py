@@ -47,14 +47,14 @@ assignment costs at least the LP value plus the reduced costs of its columns, so
 than the incumbent uses only listed patterns whose reduced cost is below the gap. When they are
 few, CP-SAT choosing among them finds the least disruption or proves there is none below the
 incumbent; else the cheapest few a node make a quick heuristic (measured on 32 nodes with
-frozen upper tiers: the LP's bound met in 0.03-0.16 s, where the first dive took 0.3 s or
-more). Measured: on 16 identical nodes with four pods per node (5 000-6 000 maximal patterns)
-the bound converges in under 0.1 s and the first dive meets it; on 32 such nodes (75 000-100 000
-patterns) the listing takes 0.1-0.35 s (once per solve: the place phase's is reused), the
-convergence from each node's KEEPERS columns 0.17-0.25 s (GLOP without scaling or presolve,
-``bounds.GLOP_PARAMETERS``: 0.05 s of it; the rest is pricing and adding columns) and a dive
-fixing one node a step 0.1-0.7 s on a 2-core machine, too slow for the 0.35-0.6 s a 1 s solve
-leaves its disrupt phase; batched, as the first dive is there, 0.05-0.3 s.
+frozen upper tiers: the LP's bound met in 0.03-0.16 s, where the first dive, one node a step,
+took 0.3 s or more). Measured: on 16 identical nodes with four pods per node (5 000-6 000
+maximal patterns) the bound converges in under 0.1 s and the first dive meets it; on 32 such
+nodes (75 000-100 000 patterns) the listing takes 0.1-0.35 s (once per solve: the place phase's
+is reused), the convergence from each node's KEEPERS columns 0.17-0.25 s (GLOP without scaling
+or presolve, ``bounds.GLOP_PARAMETERS``: 0.05 s of it; the rest is pricing and adding columns)
+and a dive fixing one node a step 0.1-0.7 s on a 2-core machine, too slow for the 0.35-0.6 s a
+1 s solve leaves its disrupt phase; batched, as the first dive is there, 0.05-0.3 s.
 Pure: the clock is a parameter. Neighbours: ``bounds`` (ColumnPool, knapsack), ``patterns``,
 ``solver``.
 """
@@ -712,7 +712,8 @@ def disruption_bound(
         # first a choice among the cheapest columns by reduced cost: exact when those that can
         # take part in a better assignment are few, else a quick heuristic (measured on 32
         # nodes with frozen upper tiers, 8 columns a node: the LP's bound met in 0.03-0.16 s,
-        # where the first dive took 0.3 s or more)
+        # where the first dive, one node a step, took 0.3 s or more; batched, as it is from
+        # DIVE_FIRST_MIN_NODES, it comes first there)
         found, proven = pick(value, target)
         bound = max(bound, proven)
         if found is not None:
