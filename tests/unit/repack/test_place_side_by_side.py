@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from scheduler_ext.repack import solver
-from scheduler_ext.repack.classes import build_problem, current_assignment, feasible
+from scheduler_ext.repack.classes import (
+    Assignment,
+    Problem,
+    build_problem,
+    current_assignment,
+    feasible,
+)
 from scheduler_ext.repack.generator import Cell, instances
 from scheduler_ext.repack.heuristics import best_start, tier_value
 from scheduler_ext.repack.solver import SolveOptions, solve
@@ -76,17 +82,24 @@ def test_a_failing_place_search_thread_raises_in_the_caller(
         solve(snapshot, SolveOptions(time_limit=5, workers=2))
 
 
+def _short_top_tier() -> tuple[Problem, int, Assignment]:
+    """32 nodes with four pods each, one tier (a short place phase under a second): the
+    problem, its tier and the greedy start the place phase begins from."""
+    ((_, snapshot),) = instances(Cell(32, 4, 100, 1), 1)
+    problem = build_problem(snapshot)
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, current_assignment(problem), tier)
+    return problem, tier, start
+
+
 def test_a_short_place_phase_keeps_a_packing_for_a_dive_out_of_time(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 32 nodes, four pods per node: under a second the pattern LP and its dive get the whole
     # phase; here they use it all and pack nothing, as a dive on a loaded machine may
-    ((_, snapshot),) = instances(Cell(32, 4, 100, 1), 1)
-    problem = build_problem(snapshot)
-    tier = problem.tiers[0]
+    problem, tier, start = _short_top_tier()
     now = [0.0]  # a clock that stands still: the swap search ends when it stalls
     phases = solver._Phases(problem, SolveOptions(time_limit=0.9), lambda: now[0])
-    start, _ = best_start(problem, current_assignment(problem), tier)
 
     def out_of_time(*args: Any, **kwargs: Any) -> int:
         now[0] = phases.deadline
@@ -112,10 +125,7 @@ def test_a_packing_aside_that_meets_the_bound_ends_the_phase_without_the_dive(
     # 32 nodes, four pods per node, under a second: the swap search's packing kept aside is
     # what the pattern LP is told a packing at hand reaches; with a clock that stands still
     # the search ends where it stalls, at 126 of the 127 pods with seed 0, at 127 with seed 1
-    ((_, snapshot),) = instances(Cell(32, 4, 100, 1), 1)
-    problem = build_problem(snapshot)
-    tier = problem.tiers[0]
-    start, _ = best_start(problem, current_assignment(problem), tier)
+    problem, tier, start = _short_top_tier()
     calls: list[tuple[int | None, int | None, int]] = []
     real = solver.placement_bound
 
