@@ -14,7 +14,7 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 from repack_builders import simple_snapshot
 
-from scheduler_ext.repack import patterns
+from scheduler_ext.repack import bounds, patterns
 from scheduler_ext.repack.bounds import placement_bound, solution_values
 from scheduler_ext.repack.classes import (
     Assignment,
@@ -24,6 +24,7 @@ from scheduler_ext.repack.classes import (
     feasible,
 )
 from scheduler_ext.repack.generator import Cell, instances
+from scheduler_ext.repack.heuristics import best_start
 from scheduler_ext.repack.model import Fix, build_phase_model
 from scheduler_ext.repack.patterns import Listings, group_patterns, maximal_patterns
 from scheduler_ext.repack.solver import SolveOptions, solve
@@ -147,6 +148,52 @@ def test_dive_packs_to_the_proven_optimum(cell: Cell, index: int) -> None:
     assert feasible(problem, x)
     # on these instances the pattern LP has no integrality gap and the dive reaches it
     assert _placed(problem, x, tier) == best == bound
+
+
+@pytest.mark.parametrize("cell", [Cell(16, 4, 100, 1), Cell(32, 4, 100, 1)])
+def test_the_batched_first_dive_packs_to_the_bound_in_fewer_lp_solves(
+    cell: Cell, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    problem = build_problem(instances(cell, 1)[0][1])
+    tier = problem.tiers[0]
+    start, _ = best_start(problem, current_assignment(problem), tier)
+    starts = [start, current_assignment(problem)]
+    solves = 0
+    solve_lp = pywraplp.Solver.Solve
+
+    def counted(lp: pywraplp.Solver) -> int:
+        nonlocal solves
+        solves += 1
+        return int(solve_lp(lp))
+
+    monkeypatch.setattr(pywraplp.Solver, "Solve", counted)
+
+    def dive() -> tuple[int | None, list[int], int]:
+        nonlocal solves
+        solves = 0
+        packings: list[Assignment] = []
+        bound = placement_bound(
+            problem,
+            tier,
+            [],
+            starts,
+            30.0,
+            time.monotonic,
+            _placed(problem, start, tier),
+            packings=packings,
+        )
+        return bound, [_placed(problem, x, tier) for x in packings], solves
+
+    batched = dive()
+    monkeypatch.setattr(bounds, "DIVE_BATCH", len(problem.node_names) * 10)  # one at a time
+    single = dive()
+    # the start leaves pods out, and both dives pack every pod the LP bound allows
+    assert batched[0] == single[0] and batched[0] is not None
+    assert _placed(problem, start, tier) < batched[0]
+    assert batched[1] == single[1] == [batched[0]]
+    # the same root LP, then fewer rounds (measured: 46 LP solves against 71 on 16 nodes, 36
+    # against 73 on 32)
+    assert batched[2] < single[2]
 
 
 @pytest.mark.parametrize(("cell", "index"), SMALL[:3])
