@@ -48,7 +48,7 @@ PRICE_SCALE = 10_000
 # the mixes of two capacity rows the knapsack search bounds with, besides each row alone
 MIXES = (0.25, 0.5, 0.75)
 EXACT_EVERY = 6
-# LP dives a packing search tries at most (the first deterministic, the others randomised)
+# LP dives a packing search tries at most (the first two deterministic, the others randomised)
 DIVES = 20
 # the first dive raises the fractional columns most of the way up a 1/DIVE_BATCH of them at a
 # time (at least two; a batch that leaves the LP unable to beat the floor is undone, and the
