@@ -342,7 +342,6 @@ def placement_bound(
     packings: list[Assignment] | None = None,
     seed: int = 0,
     listings: Listings | None = None,
-    reached: int | None = None,
 ) -> int | None:
     """An upper bound on pods placed at priority >= ``tier``, or None if it does not apply.
 
@@ -355,8 +354,6 @@ def placement_bound(
     None unless every group is (the knapsack pricing would be too slow). ``packings``: when
     the bound is above ``target``, an LP dive appends its integer packing (if it finds one
     placing more). ``listings``: listings made earlier in the solve, reused and added to.
-    ``reached``: what a packing at hand places, above ``target``; a bound that meets it ends
-    the LP as ``target`` does, and there is no dive (its floor stays ``target``).
     """
     deadline = clock() + seconds
     active = problem.active(tier)
@@ -478,7 +475,7 @@ def placement_bound(
                 # no pattern of any group prices out (proven by the pricing's upper bounds):
                 # the LP is optimal over every column, floors included, so its value bounds too
                 best_bound = min(best_bound, farley, total, value if optimal else math.inf)
-                if _floor(best_bound) in {target, reached} - {None}:
+                if target is not None and _floor(best_bound) == target:
                     return value
                 if best_bound - value < 1e-6:
                     return value
@@ -487,12 +484,7 @@ def placement_bound(
 
     converge(True)
     bound = _floor(best_bound)
-    if (
-        packings is not None
-        and bound is not None
-        and (target is None or bound > target)
-        and (reached is None or bound > reached)
-    ):
+    if packings is not None and bound is not None and (target is None or bound > target):
         found = _dive(
             problem,
             converge,

@@ -192,9 +192,12 @@ PLACE_BESIDE_MIN_NODES = LNS_MIN_NODES
 # start: 118 pods of 127 on n32-ppn4-u100-k2 under a profiler; the swap search reaches 122-128
 # there in 3-50 ms). Measured on the 96 grid instances at 1 s, four seeds: 85.5 hits a run
 # against 85.0 (n32-ppn4-u105-k1 places its 123 pods with three seeds, against two). It is no
-# start of the LP nor its dive's floor: so used, the dive from its columns failed on
-# n32-ppn4-u100-k1 (126 pods, not 127, with three seeds of four); the LP is only told what it
-# places, and a bound that meets that leaves out the dive (``_patterns``' ``reached``)
+# start or target of the LP: so used, the dive from its columns failed on n32-ppn4-u100-k1
+# (126 pods, not 127, with three seeds of four). When it places as many pods as the LP's bound
+# the dive still runs (its first, batched, dive takes 0.05 s there): the dive's packing moves
+# fewer pods, and from it the disrupt phase proves the least disruption sooner. 1 s solves of
+# n32-ppn4-u100-k1, seeds 10-39, reached the best-known outcome 29 times against 22 when a
+# bound met by this packing left the dive out
 PRE_SWAP_SHARE = 0.1
 # the least time a node for the top tier's disrupt LP to count as quick (``_quick_bound``).
 # Measured on 32 nodes with four pods per node and one tier at 1 s: the LP met the least
@@ -962,19 +965,8 @@ class _Phases:
         starts = [x, hint, _restrict(problem, current_assignment(problem), tier)]
         left = deadline - self.clock()
         share = (1.0 if short else PATTERN_SHARE) if dive else BOUND_SHARE
-        # a packing aside that meets the LP's bound ends the phase without the dive (0.18 s
-        # on n32-ppn4-u100-k1, where that search places the 127 pods with one seed in two); the
-        # dive's floor stays the start's (see PRE_SWAP_SHARE)
         upper, packed = self._patterns(
-            tier,
-            True,
-            fixes,
-            starts,
-            share * left,
-            placed(x),
-            deadline,
-            True,
-            reached=placed(fallback) if fallback is not x else None,
+            tier, True, fixes, starts, share * left, placed(x), deadline, True
         )
         if upper is not None:
             bound = min(bound, upper)
@@ -1117,15 +1109,12 @@ class _Phases:
         deadline: float,
         first: bool = False,
         clock: Clock | None = None,
-        reached: int | None = None,
     ) -> tuple[int | None, Assignment | None]:
         """The pattern-LP bound of a phase (upper on placed pods, or lower on disruption) and
         the price-and-branch assignment from its patterns when the bound does not prove
         ``target`` (None when it does not meet the fixes); for a place phase, the best of that
         and the pattern LP's dive. ``first``: a place phase's early call, which gives up unless
-        every node group's patterns can be listed (then the bound is reused later).
-        ``reached``: in a place phase, what a packing at hand places (more than ``target``):
-        a bound that meets it proves that packing, with no dive and no price-and-branch."""
+        every node group's patterns can be listed (then the bound is reused later)."""
         problem = self.problem
         if maximise and self._bounded is not None and self._bounded[0] == tier:
             return self._bounded[1], None  # computed already (first) in this place phase
@@ -1153,7 +1142,6 @@ class _Phases:
                 columns=columns,
                 listed_only=first,
                 packings=dived if dive else None,
-                reached=None if reached is None else reached - lifted,
                 seed=self.options.seed,
                 listings=self.listings,
             )
@@ -1174,7 +1162,7 @@ class _Phases:
             dived = [frozen.up(x) for x in dived]
         if maximise and bound is not None:
             self._bounded = (tier, bound)
-        if bound is not None and bound in (target, reached):
+        if bound is not None and bound == target:
             return bound, None
         if not maximise:  # relabelling may still save moves on interchangeable nodes
             dived = [relabel(problem, x, tier, self.groups) for x in dived]

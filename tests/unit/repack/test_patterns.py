@@ -196,27 +196,6 @@ def test_the_batched_first_dive_packs_to_the_bound_in_fewer_lp_solves(
     assert batched[2] < single[2]
 
 
-@pytest.mark.parametrize(("cell", "index"), SMALL[:3])
-def test_a_packing_at_hand_that_meets_the_bound_leaves_out_the_dive(cell: Cell, index: int) -> None:
-    problem = build_problem(instances(cell, 3)[index][1])
-    tier = problem.tiers[0]
-    starts = [current_assignment(problem)]
-    start = _placed(problem, starts[0], tier)
-    bound = placement_bound(problem, tier, [], starts, 30.0, time.monotonic)
-    assert bound is not None and bound > start  # a dive would have pods to gain
-    # reached: the pods a packing aside places; the dive's floor stays the start's count
-    packings: list[Assignment] = []
-    met = placement_bound(
-        problem, tier, [], starts, 30.0, time.monotonic, start, packings=packings, reached=bound
-    )
-    assert met == bound and not packings
-    below = placement_bound(
-        problem, tier, [], starts, 30.0, time.monotonic, start, packings=packings, reached=bound - 1
-    )
-    assert below == bound and len(packings) == 1
-    assert _placed(problem, packings[0], tier) == bound
-
-
 @pytest.mark.parametrize("index", range(2))
 def test_exact_pricing_gives_the_knapsack_priced_bound(index: int) -> None:
     problem = build_problem(instances(Cell(8, 4, 100, 1), 2)[index][1])
