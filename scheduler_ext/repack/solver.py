@@ -29,11 +29,10 @@ more with less than MIN_BOUND_SECONDS for the phase, LNS is followed by one sear
 left and no pattern bound (it would not converge in that time). On several cores a place phase on
 PLACE_BESIDE_MIN_NODES nodes or more runs instead (``_place_side_by_side``): the pattern LP and its
 dive alone first (all of a short phase on SHORT_MIN_NODES nodes when the tier dives, after a
-quick swap search whose packing is kept in case the dive runs out of time, and which leaves out
-the dive when it meets the LP's bound; the bound share in a lower tier that does not), then,
-unless that proved the phase, the search in a thread on all cores but one until the phase ends,
-beside the LNS (and, with time, the knapsack-priced pattern LP);
-a bound met by either side stops the other, and the phase ends when the search does.
+quick swap search whose packing is kept in case the dive runs out of time; the bound share in a
+lower tier that does not), then, unless that proved the phase, the search in a thread on all
+cores but one until the phase ends, beside the LNS (and, with time, the knapsack-priced pattern
+LP); a bound met by either side stops the other, and the phase ends when the search does.
 
 A disrupt phase of the class formulation gets the per-node pattern-LP lower bound of
 ``disruption_bound`` (a proof when the incumbent meets it), its LP dive and its packing, on 12 nodes
