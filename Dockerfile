@@ -18,9 +18,11 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY carico ./carico
+COPY carico_app ./carico_app
 COPY agent ./agent
 COPY aggregator ./aggregator
 COPY scheduler_ext ./scheduler_ext
+COPY repack ./repack
 COPY protos ./protos
 RUN python3 -m venv /opt/carico \
     && /opt/carico/bin/pip wheel --no-cache-dir --wheel-dir /wheels . \

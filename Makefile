@@ -67,7 +67,7 @@ clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis *.egg-info
 
 # Regenerates the derived deploy files (the chart's scheduler configuration from
-# carico/schedconfig.py, deploy/base and deploy/overlays from the chart) with the e2e-bin helm.
+# carico_app/schedconfig.py, deploy/base and deploy/overlays from the chart) with the e2e-bin helm.
 .PHONY: manifests
 manifests: $(STAMP) e2e-bin
-	$(PY) -m carico.manifests --helm "$$(bash tests/e2e/gobuild/build.sh --print-dir)/helm"
+	$(PY) -m carico_app.manifests --helm "$$(bash tests/e2e/gobuild/build.sh --print-dir)/helm"

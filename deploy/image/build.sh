@@ -101,7 +101,7 @@ bootstrap "$OUT/builder" python3,python3-venv
 step "builder: pip wheel (Carico and its dependencies) and install into /opt/carico"
 mkdir -p "$OUT/builder/src" "$OUT/builder/wheels" "$OUT/builder/root/.cache/pip"
 tar -C "$REPO" --exclude=__pycache__ --exclude='*.pyc' \
-    -cf - pyproject.toml README.md carico agent aggregator scheduler_ext protos \
+    -cf - pyproject.toml README.md carico carico_app agent aggregator scheduler_ext repack protos \
     | tar -C "$OUT/builder/src" -xf -
 # The builder fetches from PyPI like `docker build` would; it trusts the host's CA bundle (the
 # network here may re-sign TLS) and reuses a pip cache kept outside the rootfs.

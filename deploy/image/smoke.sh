@@ -84,7 +84,7 @@ check "native dependencies import" in_image python3 -c \
     'import numpy, grpc, psutil, cryptography, msgspec, aiohttp, yaml, kubernetes, prometheus_client, matplotlib; from ortools.sat.python import cp_model; cp_model.CpModel()'
 
 echo "--- carico COMMAND --help for every command"
-commands=$(in_image python3 -c 'from carico.cli import COMMANDS; print(" ".join(COMMANDS))')
+commands=$(in_image python3 -c 'from carico_app.cli import COMMANDS; print(" ".join(COMMANDS))')
 built=""
 for cmd in $commands; do
     rc=0; out=$(in_image carico "$cmd" --help 2>&1) || rc=$?

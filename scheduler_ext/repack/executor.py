@@ -39,13 +39,13 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from repack.problem.plan import Plan, Step
+from repack.problem.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod, Snapshot
 from scheduler_ext.cluster import Evicted, EvictionReply
 from scheduler_ext.repack import recheck
 from scheduler_ext.repack.live import merge_lists
-from scheduler_ext.repack.plan import Plan, Step
 from scheduler_ext.repack.recheck import LiveView, live_view
 from scheduler_ext.repack.service import ExecutionReport
-from scheduler_ext.repack.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod, Snapshot
 from scheduler_ext.slots import SlotEnd, SlotKind, SlotTable
 
 log = logging.getLogger(__name__)

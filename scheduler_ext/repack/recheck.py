@@ -16,9 +16,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_ext.repack.eligibility import eligible
-from scheduler_ext.repack.plan import Step
-from scheduler_ext.repack.snapshot import (
+from repack.problem.eligibility import eligible
+from repack.problem.plan import Step
+from repack.problem.snapshot import (
     DEFAULT_EXCLUDED_NAMESPACES,
     Pod,
     Snapshot,

@@ -45,9 +45,9 @@ from scheduler_ext.repack.trigger import Trigger, Unscheduled
 if TYPE_CHECKING:
     # Loaded at the first run instead (OR-Tools and the kubernetes client are slow imports, and
     # the solve itself happens in another process).
+    from repack.problem.plan import Plan
+    from repack.problem.snapshot import Snapshot
     from scheduler_ext.repack.live import Computed
-    from scheduler_ext.repack.plan import Plan
-    from scheduler_ext.repack.snapshot import Snapshot
 
 log = logging.getLogger(__name__)
 
@@ -339,9 +339,9 @@ class RepackService:
     async def _compute(
         self, trigger: str, time_limit: float | None, dry_run: bool
     ) -> tuple[PlanRecord | None, Computed | None]:
+        from repack.driver.solver import SolveOptions
+        from repack.problem.snapshot import SnapshotError
         from scheduler_ext.repack.live import compute
-        from scheduler_ext.repack.snapshot import SnapshotError
-        from scheduler_ext.repack.solver import SolveOptions
 
         s = self.settings
         started = self.clock()
@@ -407,7 +407,7 @@ class RepackService:
     def _record(
         self, trigger: str, mode: str, stamp: float, plan: Plan, pending: tuple[str, ...]
     ) -> PlanRecord:
-        from scheduler_ext.repack.plan import to_dict
+        from repack.problem.plan import to_dict
 
         record = PlanRecord(
             self._next_id(), stamp, trigger, mode, plan.status, pending, to_dict(plan)

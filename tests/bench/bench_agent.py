@@ -59,7 +59,7 @@ def main() -> int:
             [
                 sys.executable,
                 "-m",
-                "carico.cli",
+                "carico_app.cli",
                 "agent",
                 "--standalone",
                 "--duration",

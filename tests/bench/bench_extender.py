@@ -448,7 +448,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "carico.cli",
+            "carico_app.cli",
             "extender",
             "--no-kube",
             "--host=127.0.0.1",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from scheduler_ext.repack.bench import main
+from carico_app.repack_bench import main
 
 CACHE = Path(__file__).resolve().parent / "data" / "repack_best_known.json"
 

@@ -32,15 +32,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from repack.problem.generator import Cell, instances  # noqa: E402
+from repack.problem.snapshot import Snapshot  # noqa: E402
 from scheduler_ext.cluster import InMemoryCluster  # noqa: E402
 from scheduler_ext.http_server import build_app, start_http  # noqa: E402
-from scheduler_ext.repack.generator import Cell, instances  # noqa: E402
 from scheduler_ext.repack.service import (  # noqa: E402
     RepackService,
     RepackSettings,
     solver_process_pool,
 )
-from scheduler_ext.repack.snapshot import Snapshot  # noqa: E402
 from scheduler_ext.service import ExtenderService  # noqa: E402
 from tests.integration.extender.conftest import extender_args, pod_object, report  # noqa: E402
 

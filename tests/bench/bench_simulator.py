@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from carico.simulate import scenarios
-from carico.simulate.engine import run_case
-from carico.simulate.params import ModelParams
-from carico.simulate.scheduler import parse_spec
+from carico_app.simulate import scenarios
+from carico_app.simulate.engine import run_case
+from carico_app.simulate.params import ModelParams
+from carico_app.simulate.scheduler import parse_spec
 
 LIMIT_S = 120.0
 

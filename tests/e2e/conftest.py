@@ -26,7 +26,7 @@ from e2e_extender import CapacityFeed, CaricoFactory, ExtenderProcess
 from fake_kubelet import AnnotationTiming, FakeKubelet, NodeSpec, PodCounts, PodCountsRecorder
 from fake_procfs import FakeProcfs
 
-from carico.schedconfig import ExtenderConfig
+from carico_app.schedconfig import ExtenderConfig
 
 FAKE_NODES = tuple(
     NodeSpec(name=f"e2e-node-{i}", cpu="8", memory="32Gi", pods=110) for i in range(3)

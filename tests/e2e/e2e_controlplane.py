@@ -3,9 +3,9 @@
 Starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler (built by
 ``make e2e-bin`` from the pinned modules in gobuild/) on free loopback ports, with a throw-away PKI
 (e2e_certs.py), static-token authentication, RBAC authorization and a kubeconfig. kube-scheduler
-runs the KubeSchedulerConfiguration from :mod:`carico.schedconfig`, the same definition the deploy
-manifests use; :meth:`ControlPlane.restart_scheduler` swaps its extenders without restarting the
-rest.
+runs the KubeSchedulerConfiguration from :mod:`carico_app.schedconfig`, the same definition the
+deploy manifests use; :meth:`ControlPlane.restart_scheduler` swaps its extenders without
+restarting the rest.
 
 No process outlives the test run: every component runs in its own process group and is stopped
 with SIGTERM then SIGKILL to the whole group by :meth:`ControlPlane.stop`, which the fixtures call
@@ -36,7 +36,7 @@ from types import TracebackType
 import kubernetes
 from e2e_certs import CertPaths, write_pki
 
-from carico import schedconfig
+from carico_app import schedconfig
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "tests" / "e2e" / "gobuild" / "build.sh"

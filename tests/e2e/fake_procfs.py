@@ -7,7 +7,7 @@ What the files say comes from a contention model of the node's load:
 
 * the writer asks the fake kubelet which pods run on each node (``running``: its ``pod_counts``),
   and :class:`PodLoadModel` turns the pods Running on a node, plus a scripted background load
-  that is not a pod, into the simulator's own :class:`carico.simulate.cluster.Telemetry`
+  that is not a pod, into the simulator's own :class:`carico_app.simulate.cluster.Telemetry`
   (utilisation, PSI ``some`` fractions, memory used), with the simulator's formulas: runnable
   threads share the cores fairly, utilisation = min(demand, cores)/cores, CPU pressure =
   waiting/busy (Linux PSI on SMP);
@@ -40,7 +40,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from carico.simulate.cluster import Telemetry
+from carico_app.simulate.cluster import Telemetry
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class PodLoadModel:
         return Telemetry(
             timestamp=now,
             util=busy / self.cores,
-            # Linux PSI on SMP: some = min(waiting / busy, 1) (as carico/simulate/cluster.py).
+            # Linux PSI on SMP: some = min(waiting / busy, 1) (as carico_app/simulate/cluster.py).
             psi_cpu_some=min(max(demand - self.cores, 0.0) / busy, 1.0) if busy > 0 else 0.0,
             mem_used=mem_used,
             # The simulator's memory-pressure proxy: reclaim stalls as the node nears full.

@@ -26,7 +26,7 @@ from e2e_controlplane import wait_for
 from e2e_extender import ExtenderProcess
 from fake_kubelet import STARTUP_SECONDS_ANNOTATION, FakeKubelet
 
-from carico.schedconfig import CARICO_PROFILE
+from carico_app.schedconfig import CARICO_PROFILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

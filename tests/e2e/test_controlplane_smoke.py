@@ -15,7 +15,7 @@ import pytest
 from e2e_controlplane import ControlPlane, wait_for
 from fake_kubelet import RUN_SECONDS_ANNOTATION, FakeKubelet, NodeSpec, PodCountsRecorder
 
-from carico.schedconfig import CARICO_PROFILE, DEFAULT_PROFILE
+from carico_app.schedconfig import CARICO_PROFILE, DEFAULT_PROFILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -34,9 +34,9 @@ from e2e_controlplane import Component, ControlPlane, free_ports, wait_for
 from e2e_extender import CapacityFeed, ExtenderProcess
 from fake_kubelet import FakeKubelet, PodCounts, PodCountsRecorder
 
-from carico import certs, manifests, schedconfig
-from carico.schedconfig import CARICO_PROFILE
 from carico.tls import write_pair
+from carico_app import certs, manifests, schedconfig
+from carico_app.schedconfig import CARICO_PROFILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -143,7 +143,7 @@ def test_chart_embeds_the_generated_scheduler_configuration(
 
 
 def test_chart_values_reach_the_scheduler_configuration(tools: Tools) -> None:
-    """The chart's substitutions give what carico.schedconfig builds for the same options."""
+    """The chart's substitutions give what carico_app.schedconfig builds for the same options."""
     values = (
         "tls.enabled=false",
         "scheduler.extender.port=8899",

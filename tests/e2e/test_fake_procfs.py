@@ -12,8 +12,8 @@ import pytest
 from fake_procfs import GI, FakeProcfs, PodLoadModel
 
 from agent.proc_source import ProcSource
-from carico.simulate.cluster import Cluster
-from carico.simulate.params import BPI_2000, ModelParams
+from carico_app.simulate.cluster import Cluster
+from carico_app.simulate.params import BPI_2000, ModelParams
 
 
 def _sample(source: ProcSource) -> tuple[float, ...]:

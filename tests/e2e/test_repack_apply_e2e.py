@@ -32,12 +32,12 @@ from e2e_workloads import replica_set
 from fake_kubelet import FakeKubelet, NodeSpec
 from kubernetes.client.rest import ApiException
 
-from carico.schedconfig import CARICO_PROFILE, ExtenderConfig
+from carico_app.schedconfig import CARICO_PROFILE, ExtenderConfig
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.plan import Plan
+from repack.problem.snapshot import parse_list, parse_resource_quantity
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
 from scheduler_ext.repack.live import merge_lists
-from scheduler_ext.repack.plan import Plan
-from scheduler_ext.repack.snapshot import parse_list, parse_resource_quantity
-from scheduler_ext.repack.solver import SolveOptions, solve
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -30,7 +30,7 @@ from e2e_extender import CaricoFactory
 from e2e_workloads import replica_set
 from fake_kubelet import FakeKubelet, NodeSpec
 
-from carico.schedconfig import CARICO_PROFILE
+from carico_app.schedconfig import CARICO_PROFILE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

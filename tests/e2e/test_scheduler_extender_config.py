@@ -1,4 +1,4 @@
-"""kube-scheduler accepts and uses the extender entry that carico.schedconfig generates.
+"""kube-scheduler accepts and uses the extender entry that carico_app.schedconfig generates.
 
 The extender here is a fake (a recording HTTP server in this file that passes every node): it
 exists only to show the real kube-scheduler calling the verbs the generated configuration names,
@@ -18,7 +18,7 @@ import pytest
 from e2e_controlplane import ControlPlane, wait_for
 from fake_kubelet import FakeKubelet
 
-from carico.schedconfig import CARICO_PROFILE, ExtenderConfig
+from carico_app.schedconfig import CARICO_PROFILE, ExtenderConfig
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

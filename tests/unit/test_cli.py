@@ -3,12 +3,15 @@
 import subprocess
 import sys
 
-from carico import cli
+from carico_app import cli
 
 
 def test_help_lists_every_component() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "--help"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "carico_app.cli", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     for name in cli.COMMANDS:
         assert name in out
@@ -26,7 +29,7 @@ def test_a_reader_that_leaves_early_gets_no_traceback() -> None:
     with the SIGPIPE status and nothing on stderr."""
     script = (
         "import sys\n"
-        "from carico import cli\n"
+        "from carico_app import cli\n"
         "class Gone:\n"
         "    def add_arguments(self, parser): pass\n"
         "    def run(self, args):\n"

@@ -66,7 +66,7 @@ def test_enabling_an_unavailable_hint_is_a_clear_start_up_error(tmp_path: Path) 
         [
             sys.executable,
             "-m",
-            "carico.cli",
+            "carico_app.cli",
             "agent",
             "--no-kube",
             "--metrics-port",

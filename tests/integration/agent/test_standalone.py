@@ -13,7 +13,7 @@ import pytest
 @pytest.mark.slow
 def test_standalone_prints_one_json_report_per_second() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "agent", "--standalone", "--duration", "3.5"],
+        [sys.executable, "-m", "carico_app.cli", "agent", "--standalone", "--duration", "3.5"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -51,7 +51,7 @@ def test_standalone_prints_one_json_report_per_second() -> None:
 def test_standalone_refuses_servers_and_bad_flags() -> None:
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "carico.cli", "agent", *args],
+            [sys.executable, "-m", "carico_app.cli", "agent", *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -78,7 +78,7 @@ def test_standalone_refuses_servers_and_bad_flags() -> None:
 )
 def test_sigterm_stops_the_agent_cleanly(args: list[str]) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "carico.cli", "agent", *args],
+        [sys.executable, "-m", "carico_app.cli", "agent", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -29,7 +29,7 @@ def _start(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
         [
             sys.executable,
             "-m",
-            "carico.cli",
+            "carico_app.cli",
             "aggregator",
             "--listen",
             "127.0.0.1:0",
@@ -143,7 +143,7 @@ def test_serves_stops_on_sigterm_with_a_checkpoint_and_restores_it(
 
 def test_help_documents_every_flag() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "aggregator", "--help"],
+        [sys.executable, "-m", "carico_app.cli", "aggregator", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -169,7 +169,7 @@ def test_help_documents_every_flag() -> None:
 )
 def test_bad_flag_combinations_exit_2_with_a_message(args: list[str], message: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "aggregator", *args],
+        [sys.executable, "-m", "carico_app.cli", "aggregator", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -187,7 +187,7 @@ def test_an_address_in_use_exits_1_with_a_message(tmp_path: Path) -> None:
             [
                 sys.executable,
                 "-m",
-                "carico.cli",
+                "carico_app.cli",
                 "aggregator",
                 "--listen",
                 f"127.0.0.1:{port}",

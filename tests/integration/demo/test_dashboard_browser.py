@@ -48,7 +48,7 @@ def _wait(what: str, check: Callable[[], Any], timeout: float = WAIT) -> Any:
 def demo() -> Iterator[dict[str, Any]]:
     marker = uuid.uuid4().hex
     proc = subprocess.Popen(
-        [sys.executable, "-m", "carico.cli", "demo", "--nodes", "2", "--stale-after", "3"],
+        [sys.executable, "-m", "carico_app.cli", "demo", "--nodes", "2", "--stale-after", "3"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

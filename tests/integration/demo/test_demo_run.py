@@ -45,7 +45,7 @@ def _wait_gone(marker: str, timeout: float = 10.0) -> list[int]:
 def _start(args: list[str], marker: str) -> subprocess.Popen[str]:
     env = {**os.environ, "CARICO_TEST_MARKER": marker}
     return subprocess.Popen(
-        [sys.executable, "-m", "carico.cli", "demo", *args],
+        [sys.executable, "-m", "carico_app.cli", "demo", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -17,8 +17,8 @@ import grpc
 import pytest
 import yaml
 
-from carico import certs
 from carico.tls import grpc_channel_credentials, grpc_server_credentials, server_ssl_context
+from carico_app import certs
 from protos.carico.v1 import (
     aggregator_pb2,
     aggregator_pb2_grpc,

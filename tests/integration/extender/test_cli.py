@@ -60,7 +60,7 @@ def _free_port() -> int:
 
 def test_help_documents_every_flag_with_its_environment_variable() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "extender", "--help"],
+        [sys.executable, "-m", "carico_app.cli", "extender", "--help"],
         capture_output=True,
         text=True,
         check=True,
@@ -74,7 +74,7 @@ def test_help_documents_every_flag_with_its_environment_variable() -> None:
 
 def test_mismatched_tls_flags_are_refused() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "extender", "--no-kube", "--tls-cert", "x.crt"],
+        [sys.executable, "-m", "carico_app.cli", "extender", "--no-kube", "--tls-cert", "x.crt"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -110,7 +110,7 @@ async def test_no_kube_process_serves_and_stops_cleanly(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "carico.cli",
+            "carico_app.cli",
             "extender",
             "--host=127.0.0.1",
             f"--port={http_port}",
@@ -159,7 +159,7 @@ def test_missing_kubernetes_credentials_are_a_clear_error(tmp_path: Path) -> Non
     env = {k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")}
     env.update({"HOME": str(tmp_path), "KUBECONFIG": ""})
     done = subprocess.run(
-        [sys.executable, "-m", "carico.cli", "extender", "--port=0", "--grpc-port=0"],
+        [sys.executable, "-m", "carico_app.cli", "extender", "--port=0", "--grpc-port=0"],
         capture_output=True,
         text=True,
         timeout=120,

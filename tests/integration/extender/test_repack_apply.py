@@ -15,13 +15,13 @@ import asyncio
 import json
 from typing import Any
 
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.plan import Plan, Step, outcome
+from repack.problem.snapshot import parse_list
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
 from scheduler_ext.repack.live import merge_lists
-from scheduler_ext.repack.plan import Plan, Step, outcome
 from scheduler_ext.repack.recheck import live_view
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
 from scheduler_ext.service import ExtenderService
 
 RUNNING = {
@@ -444,8 +444,8 @@ async def test_cycle_broken_by_evicting_first_lands_every_pod() -> None:
     cluster.add_object(pod_obj("big-b", "500m", "100M", "node-b", "rs-big-b"))
     cluster.add_object(pod_obj("small-b", "400m", "100M", "node-b", "rs-small-b"))
     snapshot = parse_list(await document(cluster))
-    from scheduler_ext.repack.plan import Move
-    from scheduler_ext.repack.sequencing import sequence
+    from repack.problem.plan import Move
+    from repack.problem.sequencing import sequence
 
     moves = [Move("default/big-a", "node-a", "node-b"), Move("default/big-b", "node-b", "node-a")]
     steps = sequence(snapshot, moves, [], [])

@@ -21,7 +21,7 @@ LIVENESS_S = 60.0
 
 def _carico(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "carico.cli", *args],
+        [sys.executable, "-m", "carico_app.cli", *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -54,7 +54,7 @@ def extender_process() -> Iterator[Start]:
     def start(*flags: str) -> tuple[str, subprocess.Popen[str]]:
         port = _free_port()
         proc = subprocess.Popen(
-            [sys.executable, "-m", "carico.cli", "extender", "--no-kube"]
+            [sys.executable, "-m", "carico_app.cli", "extender", "--no-kube"]
             + ["--host=127.0.0.1", f"--port={port}", "--grpc-host=127.0.0.1", "--grpc-port=0"]
             + list(flags),
             stderr=subprocess.PIPE,

@@ -8,15 +8,15 @@ from typing import Any
 
 import pytest
 
+from repack.problem.plan import Plan
+from repack.problem.snapshot import Snapshot
 from scheduler_ext.cluster import InMemoryCluster
-from scheduler_ext.repack.plan import Plan
 from scheduler_ext.repack.service import (
     ExecutionReport,
     RepackService,
     RepackSettings,
     RunInProgress,
 )
-from scheduler_ext.repack.snapshot import Snapshot
 from scheduler_ext.service import ExtenderService
 
 from .conftest import MakeRepacker, fragmented_cluster, unscheduled_now

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from carico.schedconfig import (
+from carico_app.schedconfig import (
     CARICO_PROFILE,
     DEFAULT_PROFILE,
     ExtenderConfig,

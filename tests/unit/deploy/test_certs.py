@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from carico import certs
 from carico.tls import make_ca
+from carico_app import certs
 
 # A fixed clock: validity windows are checked exactly.
 NOW = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
@@ -273,7 +273,7 @@ def test_bad_flag_values_are_rejected_by_the_parser() -> None:
 
 
 def test_the_carico_command_dispatches_to_certs(capsys: pytest.CaptureFixture[str]) -> None:
-    from carico import cli
+    from carico_app import cli
 
     assert cli.main(["certs", "--secret", "json", "--namespace", "via-cli"]) == 0
     items = json.loads(capsys.readouterr().out)["items"]

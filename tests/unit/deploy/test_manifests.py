@@ -1,4 +1,5 @@
-"""The generated deploy files: the chart's KubeSchedulerConfiguration comes from carico.schedconfig.
+"""The generated deploy files: the chart's KubeSchedulerConfiguration comes from
+carico_app.schedconfig.
 
 The kustomize base and overlays are rendered by helm; their freshness is checked in the e2e tier
 (tests/e2e/test_deploy_manifests.py), where the helm binary is built.
@@ -15,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from carico import certs, manifests, schedconfig
-from carico.cli import COMMANDS
 from carico.cliargs import env_name
+from carico_app import certs, manifests, schedconfig
+from carico_app.cli import COMMANDS
 from scheduler_ext.http_server import DEFAULT_PREFIX
 
 REPO = Path(__file__).resolve().parents[3]

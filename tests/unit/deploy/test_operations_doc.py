@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from carico import flagdoc
+from carico_app import flagdoc
 
 DOC = flagdoc.DOC
 README = Path(flagdoc.__file__).resolve().parent.parent / "README.md"
@@ -15,7 +15,7 @@ README = Path(flagdoc.__file__).resolve().parent.parent / "README.md"
 
 def test_the_generated_flag_tables_are_up_to_date() -> None:
     current = DOC.read_text(encoding="utf-8")
-    assert flagdoc.rewrite(current) == current, "run: python -m carico.flagdoc"
+    assert flagdoc.rewrite(current) == current, "run: python -m carico_app.flagdoc"
     assert flagdoc.main(["--check"]) == 0
 
 

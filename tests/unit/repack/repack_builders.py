@@ -7,15 +7,15 @@ import itertools
 from collections.abc import Callable
 from typing import Any
 
-from scheduler_ext.repack.classes import (
+from repack.problem.classes import (
     Assignment,
     Problem,
     empty_assignment,
     feasible,
     stays,
 )
-from scheduler_ext.repack.heuristics import best_start, tier_value
-from scheduler_ext.repack.snapshot import Node, Pod, Snapshot
+from repack.problem.snapshot import Node, Pod, Snapshot
+from repack.search.heuristics import best_start, tier_value
 
 MB = 1_000_000
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from carico.cli import main
-from scheduler_ext.repack.bench import Run, classify, reaches
-from scheduler_ext.repack.generator import Cell, generate, instances
-from scheduler_ext.repack.plan import empty_plan
+from carico_app.cli import main
+from carico_app.repack_bench import Run, classify, reaches
+from repack.problem.generator import Cell, generate, instances
+from repack.problem.plan import empty_plan
 
 
 def test_generator_is_deterministic_and_keeps_only_pending_instances() -> None:

@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import pytest
 from repack_builders import fragmentation_list
 
-from scheduler_ext.repack.bounds import placement_bound
-from scheduler_ext.repack.classes import (
+from repack.bounds.placement import placement_bound
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
@@ -19,16 +20,15 @@ from scheduler_ext.repack.classes import (
     feasible,
     greedy_complete,
 )
-from scheduler_ext.repack.generator import Cell, generate, instances
-from scheduler_ext.repack.heuristics import (
+from repack.problem.generator import Cell, generate, instances
+from repack.problem.snapshot import parse_list
+from repack.search.heuristics import (
     _sizes,
     best_start,
     make_room,
     pack_from_scratch,
     tier_value,
 )
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
 
 
 def test_make_room_places_the_article_pod_with_one_move() -> None:
@@ -200,7 +200,7 @@ def test_knapsack_matches_brute_force(seed: int) -> None:
     import itertools
     import random
 
-    from scheduler_ext.repack.bounds import knapsack
+    from repack.bounds.placement import knapsack
 
     rng = random.Random(seed)
     k = 4

@@ -13,18 +13,19 @@ from typing import Any
 import pytest
 from repack_builders import fragmentation_list, kube_list, node_obj, pod_obj
 
-from scheduler_ext.repack import heuristics, solver
-from scheduler_ext.repack.classes import (
+from repack.driver import solver
+from repack.driver.solver import SolveOptions
+from repack.problem.classes import (
     build_problem,
     current_assignment,
     empty_assignment,
     feasible,
 )
-from scheduler_ext.repack.eligibility import eligible
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.heuristics import best_start, tier_value
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions
+from repack.problem.eligibility import eligible
+from repack.problem.generator import Cell, instances
+from repack.problem.snapshot import parse_list
+from repack.search import heuristics
+from repack.search.heuristics import best_start, tier_value
 
 GPU_TAINT = {"key": "gpu", "value": "y", "effect": "NoSchedule"}
 TOLERATE_GPU = {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "y"}]}

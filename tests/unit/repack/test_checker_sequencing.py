@@ -7,11 +7,11 @@ import dataclasses
 import pytest
 from repack_builders import MB, fragmentation_list, simple_snapshot
 
-from scheduler_ext.repack import checker
-from scheduler_ext.repack.plan import Eviction, Move, Placement, Plan, Step, outcome
-from scheduler_ext.repack.sequencing import SequencingError, sequence
-from scheduler_ext.repack.snapshot import Pdb, Pod, Snapshot, parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.driver.solver import SolveOptions, solve
+from repack.problem import checker
+from repack.problem.plan import Eviction, Move, Placement, Plan, Step, outcome
+from repack.problem.sequencing import SequencingError, sequence
+from repack.problem.snapshot import Pdb, Pod, Snapshot, parse_list
 
 
 def _plan(snap: Snapshot, moves=(), placements=(), evictions=(), steps=None) -> Plan:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from repack_builders import fragmentation_list
 
-from carico.cli import main
+from carico_app.cli import main
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from carico.cli import main
+from carico_app.cli import main
 
 
 @pytest.fixture

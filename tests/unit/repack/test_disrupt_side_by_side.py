@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from scheduler_ext.repack import solver
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.driver import solver
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.generator import Cell, instances
 
 # instances whose disrupt phase does work (moves are needed) and is proven well under a second
 CASES = [(Cell(5, 4, 100, 1), 0), (Cell(5, 4, 100, 1), 2), (Cell(5, 4, 105, 3), 2)]

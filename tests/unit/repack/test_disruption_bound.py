@@ -15,9 +15,12 @@ import pytest
 from ortools.linear_solver import pywraplp
 from repack_builders import fragmentation_list
 
-from scheduler_ext.repack import bounds
-from scheduler_ext.repack import disruption_bound as dbound
-from scheduler_ext.repack.classes import (
+from repack.bounds import disruption as dbound
+from repack.bounds import placement as bounds
+from repack.bounds.disruption import disruption_bound, disruption_solution, fill
+from repack.bounds.patterns import Listings
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.classes import (
     EVICT_COST,
     MOVE_COST,
     Assignment,
@@ -27,12 +30,9 @@ from scheduler_ext.repack.classes import (
     disruption,
     feasible,
 )
-from scheduler_ext.repack.disruption_bound import disruption_bound, disruption_solution, fill
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.heuristics import best_start
-from scheduler_ext.repack.patterns import Listings
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.problem.generator import Cell, instances
+from repack.problem.snapshot import parse_list
+from repack.search.heuristics import best_start
 
 
 def _all_assignments(problem: Problem) -> Iterator[Assignment]:

@@ -12,8 +12,11 @@ import pytest
 from ortools.sat.python import cp_model
 from repack_builders import kube_list, node_obj, pod_obj
 
-from scheduler_ext.repack import checker, lns
-from scheduler_ext.repack.classes import (
+from repack.cpsat import lns
+from repack.cpsat.model import FORMULATIONS, Fix, PhaseModels, build_phase_model
+from repack.driver.solver import SolveOptions, solve
+from repack.problem import checker
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
@@ -26,11 +29,9 @@ from scheduler_ext.repack.classes import (
     node_load,
     stays,
 )
-from scheduler_ext.repack.generator import Cell, generate
-from scheduler_ext.repack.heuristics import best_start
-from scheduler_ext.repack.model import FORMULATIONS, Fix, PhaseModels, build_phase_model
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.problem.generator import Cell, generate
+from repack.problem.snapshot import parse_list
+from repack.search.heuristics import best_start
 
 
 @pytest.mark.parametrize(("cell", "seed"), [(Cell(4, 4, 105, 4), 0), (Cell(8, 4, 100, 2), 1)])

@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from repack_builders import MB, simple_snapshot
 
-from scheduler_ext.repack import solver
-from scheduler_ext.repack.classes import (
+from repack.cpsat.model import Fix
+from repack.driver import solver
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.classes import (
     build_problem,
     current_assignment,
     feasible,
     freeze_above,
 )
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.model import Fix
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.problem.generator import Cell, instances
 
 
 def test_freeze_above_takes_the_higher_tiers_running_pods_off_the_nodes() -> None:

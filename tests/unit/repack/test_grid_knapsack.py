@@ -9,10 +9,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from scheduler_ext.repack import grid_knapsack
-from scheduler_ext.repack.bounds import _price, knapsack
-from scheduler_ext.repack.classes import build_problem
-from scheduler_ext.repack.generator import Cell, instances
+from repack.bounds import grid_knapsack
+from repack.bounds.placement import _price, knapsack
+from repack.problem.classes import build_problem
+from repack.problem.generator import Cell, instances
 
 
 def _fits(counts: Sequence[int], weights: Sequence[Sequence[int]], cap: Sequence[int]) -> bool:

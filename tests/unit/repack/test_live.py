@@ -6,9 +6,9 @@ import json
 
 from repack_builders import fragmentation_list, node_obj, pod_obj
 
+from repack.driver.solver import SolveOptions
+from repack.problem.snapshot import parse_list
 from scheduler_ext.repack.live import compute, fingerprint, merge_lists, only_pending_of
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions
 
 
 def api_lists(doc: dict) -> list[bytes]:

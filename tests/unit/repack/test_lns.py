@@ -6,16 +6,16 @@ from __future__ import annotations
 import pytest
 from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_start, ticks
 
-from scheduler_ext.repack import lns
-from scheduler_ext.repack.classes import (
+from repack.cpsat import lns
+from repack.problem.classes import (
     build_problem,
     current_assignment,
     empty_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, generate
-from scheduler_ext.repack.heuristics import pack_from_scratch, tier_value
-from scheduler_ext.repack.snapshot import parse_list
+from repack.problem.generator import Cell, generate
+from repack.problem.snapshot import parse_list
+from repack.search.heuristics import pack_from_scratch, tier_value
 
 
 def test_places_the_article_pod_and_then_moves_only_one() -> None:

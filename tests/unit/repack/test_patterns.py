@@ -14,20 +14,21 @@ from ortools.linear_solver import pywraplp
 from ortools.sat.python import cp_model
 from repack_builders import simple_snapshot
 
-from scheduler_ext.repack import bounds, patterns
-from scheduler_ext.repack.bounds import placement_bound, solution_values
-from scheduler_ext.repack.classes import (
+from repack.bounds import patterns
+from repack.bounds import placement as bounds
+from repack.bounds.patterns import Listings, group_patterns, maximal_patterns
+from repack.bounds.placement import placement_bound, solution_values
+from repack.cpsat.model import Fix, build_phase_model
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
     current_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.heuristics import best_start
-from scheduler_ext.repack.model import Fix, build_phase_model
-from scheduler_ext.repack.patterns import Listings, group_patterns, maximal_patterns
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.problem.generator import Cell, instances
+from repack.search.heuristics import best_start
 
 MB = 1_000_000
 

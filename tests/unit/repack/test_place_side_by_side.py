@@ -10,17 +10,17 @@ from typing import Any
 
 import pytest
 
-from scheduler_ext.repack import solver
-from scheduler_ext.repack.classes import (
+from repack.driver import solver
+from repack.driver.solver import SolveOptions, solve
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
     current_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, instances
-from scheduler_ext.repack.heuristics import best_start, tier_value
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.problem.generator import Cell, instances
+from repack.search.heuristics import best_start, tier_value
 
 # multi-tier instances whose lower tiers' place phases have pods to gain
 CASES = [(Cell(5, 4, 105, 3), 0), (Cell(5, 4, 105, 3), 2), (Cell(6, 4, 100, 2), 1)]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from repack.problem.plan import Step
 from scheduler_ext.repack.executor import ExecutorOptions, backoff_delay
-from scheduler_ext.repack.plan import Step
 from scheduler_ext.repack.recheck import (
     drift,
     gone,

@@ -8,7 +8,7 @@ import itertools
 import pytest
 from repack_builders import MB, kube_list, node_obj, pod_obj
 
-from scheduler_ext.repack.classes import (
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
@@ -16,10 +16,10 @@ from scheduler_ext.repack.classes import (
     empty_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, generate
-from scheduler_ext.repack.heuristics import pack_from_scratch
-from scheduler_ext.repack.relabel import node_groups, relabel
-from scheduler_ext.repack.snapshot import parse_list
+from repack.problem.generator import Cell, generate
+from repack.problem.snapshot import parse_list
+from repack.search.heuristics import pack_from_scratch
+from repack.search.relabel import node_groups, relabel
 
 
 def _dis(problem: Problem, x: Assignment, q: int) -> int:

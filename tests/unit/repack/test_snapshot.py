@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from repack_builders import kube_list, node_obj, pod_obj
 
-from scheduler_ext.repack.snapshot import (
+from repack.problem.snapshot import (
     SnapshotError,
     parse_list,
     parse_resource_quantity,

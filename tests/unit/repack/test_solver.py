@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from repack_builders import MB, fragmentation_list, kube_list, node_obj, pod_obj, simple_snapshot
 
-from scheduler_ext.repack import checker
-from scheduler_ext.repack.snapshot import Snapshot, parse_list
-from scheduler_ext.repack.solver import SolveOptions, solve
+from repack.driver.solver import SolveOptions, solve
+from repack.problem import checker
+from repack.problem.snapshot import Snapshot, parse_list
 
 FORMS = ["classes", "per-pod"]
 

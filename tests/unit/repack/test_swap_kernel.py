@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 from repack_builders import lowest_tier_start, ticks
 
-from scheduler_ext.repack import swap_kernel as kernel
-from scheduler_ext.repack import swap_search
-from scheduler_ext.repack.classes import (
+from repack.problem.classes import (
     Problem,
     build_problem,
     disruption,
     empty_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, generate, instances
-from scheduler_ext.repack.heuristics import best_start
+from repack.problem.generator import Cell, generate, instances
+from repack.search import swap_kernel as kernel
+from repack.search import swap_search
+from repack.search.heuristics import best_start
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -131,7 +131,7 @@ def test_imports_where_no_cache_can_be_written() -> None:
     script = (
         "import numba.core.caching as caching\n"
         "caching.CacheImpl._locator_classes = []\n"
-        "from scheduler_ext.repack import swap_kernel\n"
+        "from repack.search import swap_kernel\n"
         "print(type(swap_kernel.step._cache).__name__)\n"
     )
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}

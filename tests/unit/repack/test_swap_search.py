@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_start, ticks
 
-from scheduler_ext.repack import solver, swap_search
-from scheduler_ext.repack.classes import (
+from repack.cpsat.model import Fix
+from repack.driver import solver
+from repack.driver.solver import SolveOptions
+from repack.problem.classes import (
     Assignment,
     Problem,
     build_problem,
@@ -19,11 +21,10 @@ from scheduler_ext.repack.classes import (
     empty_assignment,
     feasible,
 )
-from scheduler_ext.repack.generator import Cell, generate, instances
-from scheduler_ext.repack.heuristics import best_start, tier_value
-from scheduler_ext.repack.model import Fix
-from scheduler_ext.repack.snapshot import parse_list
-from scheduler_ext.repack.solver import SolveOptions
+from repack.problem.generator import Cell, generate, instances
+from repack.problem.snapshot import parse_list
+from repack.search import swap_search
+from repack.search.heuristics import best_start, tier_value
 
 
 def test_places_the_article_pod_with_one_move() -> None:

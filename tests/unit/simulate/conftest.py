@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from carico.simulate.cluster import Cluster
-from carico.simulate.params import ModelParams, NodeParams
+from carico_app.simulate.cluster import Cluster
+from carico_app.simulate.params import ModelParams, NodeParams
 
 
 @pytest.fixture

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import pytest
 
-from carico.simulate import scenarios
-from carico.simulate.engine import CaseResult, run_case
-from carico.simulate.params import ModelParams
-from carico.simulate.scheduler import parse_spec
+from carico_app.simulate import scenarios
+from carico_app.simulate.engine import CaseResult, run_case
+from carico_app.simulate.params import ModelParams
+from carico_app.simulate.scheduler import parse_spec
 
 TABLE_5_2 = {  # (pods, request) -> job completion s
     (500, "100m"): 56.0,

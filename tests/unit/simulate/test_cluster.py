@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from carico.simulate.cluster import EXITED, PENDING, RUNNING, STARTING, SUCCEEDED
-from carico.simulate.params import GI, MI, ModelParams, Workload
+from carico_app.simulate.cluster import EXITED, PENDING, RUNNING, STARTING, SUCCEEDED
+from carico_app.simulate.params import GI, MI, ModelParams, Workload
 
 
 def cpu_pod(work: float = 10.0, threads: float = 1.0, memory: float = 10 * MI) -> Workload:

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from carico.simulate.cluster import Cluster
-from carico.simulate.controlplane import JobController
-from carico.simulate.params import BPI_2000, ModelParams
-from carico.simulate.scheduler import TokenBucket
+from carico_app.simulate.cluster import Cluster
+from carico_app.simulate.controlplane import JobController
+from carico_app.simulate.params import BPI_2000, ModelParams
+from carico_app.simulate.scheduler import TokenBucket
 
 
 def test_token_bucket_burst_then_rate() -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from carico.simulate import cli, scenarios
-from carico.simulate.engine import distribution, run_case
-from carico.simulate.params import BPI_2000, ML_SMALL, ModelParams
-from carico.simulate.report import header, table, to_json, write_plots
-from carico.simulate.scenarios import Case, JobSpec, Scenario
-from carico.simulate.scheduler import parse_spec
+from carico_app.simulate import cli, scenarios
+from carico_app.simulate.engine import distribution, run_case
+from carico_app.simulate.params import BPI_2000, ML_SMALL, ModelParams
+from carico_app.simulate.report import header, table, to_json, write_plots
+from carico_app.simulate.scenarios import Case, JobSpec, Scenario
+from carico_app.simulate.scheduler import parse_spec
 
 SMALL = Scenario(
     "small",

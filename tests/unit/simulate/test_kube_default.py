@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from carico.simulate import kube_default as kd
+from carico_app.simulate import kube_default as kd
 
 GI = 1024**3
 MI = 1024**2

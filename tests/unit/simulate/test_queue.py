@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from carico.simulate.queue import SchedulingQueue
+from carico_app.simulate.queue import SchedulingQueue
 
 
 def test_backoff_doubles_from_one_second_to_ten() -> None:

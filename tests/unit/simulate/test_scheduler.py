@@ -7,9 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from carico.simulate.cluster import SUCCEEDED
-from carico.simulate.params import BPI_2000, ModelParams
-from carico.simulate.scheduler import (
+from carico_app.simulate.cluster import SUCCEEDED
+from carico_app.simulate.params import BPI_2000, ModelParams
+from carico_app.simulate.scheduler import (
     KubeScheduler,
     SchedulerSpec,
     make_scheduler,

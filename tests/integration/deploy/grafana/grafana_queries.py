@@ -16,7 +16,7 @@ import promql_parser
 
 ROOT = Path(__file__).resolve().parents[4]
 DASHBOARD = ROOT / "deploy" / "helm" / "carico" / "files" / "carico-dashboard.json"
-# The overlay generated from the chart with grafanaDashboard.enabled=true (carico.manifests).
+# The overlay generated from the chart with grafanaDashboard.enabled=true (carico_app.manifests).
 DASHBOARD_OVERLAY = ROOT / "deploy" / "overlays" / "grafana-dashboard" / "resources.yaml"
 
 # Grafana's own variables, with values of the kind Grafana substitutes.

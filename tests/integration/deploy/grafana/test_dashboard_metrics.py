@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from carico.demo import Children, free_port
+from carico_app.demo import Children, free_port
 
 from .grafana_queries import label_uses, load, metric_names, queries, targets
 
@@ -84,7 +84,7 @@ class Stack:
         self.extender = ""
 
     def start(self) -> None:
-        py = [sys.executable, "-m", "carico.cli"]
+        py = [sys.executable, "-m", "carico_app.cli"]
         self._start(
             "aggregator",
             [*py, "aggregator", f"--listen={HOST}:0", f"--ops-listen={HOST}:0"]

@@ -1,0 +1,280 @@
+"""Schedulers inside the simulator: the pluggable interface and kube-scheduler's emulation.
+
+A scheduler sees pods appear (``pod_created``), sees bound pods finish (``pod_terminated``) and,
+once per step, binds what it decides (``step``), paying for its API calls with a token bucket like
+a real client.
+
+``KubeScheduler`` emulates kube-scheduler's request-based behaviour: the scheduling queue with
+back-off (``queue.py``), the NodeResourcesFit filter and the LeastAllocated + BalancedAllocation
+scores (``kube_default.py``), one pod per scheduling cycle, an assume cache so that pods whose
+binding is still in flight count on their node, and bindings limited by the client's qps/burst.
+
+**The seam for Carico.** In production Carico is a kube-scheduler *extender*: the same queue and
+in-tree filters run first, then the extender's filter narrows the nodes, its prioritize scores
+(0..10, times weight, times 10) are added to the plugin scores, and it binds. ``KubeScheduler``
+takes an optional ``Extender`` with exactly those three calls, synchronous and on node names
+like the extender's own decision code (filter and prioritize of a pod over candidate names at a
+given time). The ``carico`` scheduler is ``KubeScheduler(extender=<the extender's decision code and
+reservation ledger, binding through its --no-kube in-memory cluster>)`` fed by agents whose
+telemetry source reads ``Cluster.telemetry``; that wiring is ``carico_wiring.py``, imported only
+when ``carico`` is asked for, so that the rest of this package never loads the services.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from carico_app.simulate import kube_default as kd
+from carico_app.simulate.cluster import Cluster
+from carico_app.simulate.params import MI, ModelParams
+from carico_app.simulate.queue import SchedulingQueue
+
+MAX_EXTENDER_PRIORITY = 10
+
+
+class NotWiredError(RuntimeError):
+    """A scheduler that exists in the design but is not connected to the simulator yet."""
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def pod_created(self, pod: int, now: float) -> None: ...
+
+    def pod_terminated(self, pod: int, now: float) -> None: ...
+
+    def step(self, cluster: Cluster, now: float) -> None: ...
+
+
+class Extender(Protocol):
+    """kube-scheduler's extender calls (DESIGN §4.1) on node names; what Carico plugs in."""
+
+    weight: int
+
+    def filter(self, pod: int, nodes: list[str], now: float) -> tuple[list[str], dict[str, str]]:
+        """Nodes that pass, and a reason per failed node."""
+        ...
+
+    def prioritize(self, pod: int, nodes: list[str], now: float) -> dict[str, int]:
+        """Score 0..10 per node."""
+        ...
+
+    def bind(self, pod: int, node: str, now: float) -> str:
+        """Bind (reserve); returns an error message, empty on success."""
+        ...
+
+
+class TokenBucket:
+    """client-go's token bucket rate limiter on the simulation clock."""
+
+    def __init__(self, qps: float, burst: float) -> None:
+        self.qps = qps
+        self.burst = burst
+        self.tokens = burst
+
+    def refill(self, dt: float) -> None:
+        self.tokens = min(self.burst, self.tokens + self.qps * dt)
+
+    def take(self) -> bool:
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+def node_name(i: int) -> str:
+    return f"node-{i:02d}"
+
+
+class KubeScheduler:
+    def __init__(
+        self,
+        name: str,
+        params: ModelParams,
+        n_nodes: int,
+        rng: np.random.Generator,
+        extender: Extender | None = None,
+    ) -> None:
+        self.name = name
+        self.params = params
+        self.rng = rng
+        self.extender = extender
+        self.queue = SchedulingQueue(
+            params.pod_initial_backoff,
+            params.pod_max_backoff,
+            params.unschedulable_flush_interval,
+            params.unschedulable_max_duration,
+        )
+        self.bucket = TokenBucket(params.scheduler_qps, params.scheduler_burst)
+        self._binds: deque[tuple[int, int]] = deque()
+        self.names = [node_name(i) for i in range(n_nodes)]
+        node = params.node
+        self.alloc_cpu = np.full(n_nodes, node.allocatable_cpu_m, dtype=np.int64)
+        self.alloc_mem = np.full(n_nodes, node.allocatable_mem, dtype=np.int64)
+        self.max_pods = np.full(n_nodes, node.max_pods, dtype=np.int64)
+        self.attempts = 0
+        self.failed_attempts = 0
+        self._budget = 0.0
+
+    def pod_created(self, pod: int, now: float) -> None:
+        self.queue.add(pod, now)
+
+    def pod_terminated(self, pod: int, now: float) -> None:
+        # The informer filters out terminal pods: a finished pod is an AssignedPodDelete event.
+        self.queue.move_all(now)
+
+    def _node_state(self, cluster: Cluster) -> tuple[np.ndarray, ...]:
+        node = self.params.node
+        cpu, mem, nz_cpu, nz_mem, count = cluster.requested()
+        cpu = cpu + node.system_request_cpu_m
+        mem = mem + node.system_request_mem
+        nz_cpu = nz_cpu + node.system_request_cpu_m
+        nz_mem = nz_mem + node.system_request_mem
+        count = count + node.system_pods
+        for pod, nd in self._binds:  # assumed: decided, binding not yet written
+            rc, rm = int(cluster.req_cpu[pod]), int(cluster.req_mem[pod])
+            cpu[nd] += rc
+            mem[nd] += rm
+            nz_cpu[nd] += rc or kd.DEFAULT_MILLI_CPU_REQUEST
+            nz_mem[nd] += rm or kd.DEFAULT_MEMORY_REQUEST
+            count[nd] += 1
+        return cpu, mem, nz_cpu, nz_mem, count
+
+    def step(self, cluster: Cluster, now: float) -> None:
+        p = self.params
+        self.queue.tick(now)
+        self.bucket.refill(p.dt)
+        while self._binds and self.bucket.take():
+            bound, target = self._binds.popleft()
+            cluster.bind(bound, target)
+        # Scheduler time is not banked: an idle step's unused attempts are lost.
+        self._budget = min(self._budget, 1.0) + p.dt / p.scheduler_attempt_seconds
+        if len(self.queue) == 0:
+            return
+        cpu, mem, nz_cpu, nz_mem, count = self._node_state(cluster)
+        while self._budget >= 1.0:
+            pod = self.queue.pop(now)
+            if pod is None:
+                break
+            self._budget -= 1.0
+            self.attempts += 1
+            rc, rm = int(cluster.req_cpu[pod]), int(cluster.req_mem[pod])
+            feasible = kd.fits(
+                rc, rm, cpu, mem, count, self.alloc_cpu, self.alloc_mem, self.max_pods
+            )
+            extra = np.zeros(len(feasible), dtype=np.int64)
+            if self.extender is not None and feasible.any():
+                feasible, extra = self._ask_extender(pod, feasible, now)
+            if not feasible.any():
+                self.failed_attempts += 1
+                self.queue.add_unschedulable(pod, now)
+                continue
+            scores = kd.total_score(
+                rc, rm, cpu, mem, nz_cpu, nz_mem, self.alloc_cpu, self.alloc_mem
+            )
+            nd = kd.select_host(scores + extra, feasible, self.rng)
+            if self.extender is not None:
+                err = self.extender.bind(pod, self.names[nd], now)
+                if err:
+                    self.failed_attempts += 1
+                    self.queue.add_unschedulable(pod, now)
+                    continue
+            self.queue.done(pod)
+            cpu[nd] += rc
+            mem[nd] += rm
+            nz_cpu[nd] += rc or kd.DEFAULT_MILLI_CPU_REQUEST
+            nz_mem[nd] += rm or kd.DEFAULT_MEMORY_REQUEST
+            count[nd] += 1
+            if self.bucket.take():
+                cluster.bind(pod, nd)
+            else:
+                self._binds.append((pod, nd))
+
+    def _ask_extender(
+        self, pod: int, feasible: np.ndarray, now: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        assert self.extender is not None
+        candidates = [self.names[i] for i in np.flatnonzero(feasible)]
+        passed, _reasons = self.extender.filter(pod, candidates, now)
+        index = {n: i for i, n in enumerate(self.names)}
+        mask = np.zeros(len(feasible), dtype=bool)
+        for n in passed:
+            if n in index and feasible[index[n]]:
+                mask[index[n]] = True  # an extender may only narrow the candidates
+        extra = np.zeros(len(feasible), dtype=np.int64)
+        if mask.any():
+            scores = self.extender.prioritize(
+                pod, [self.names[i] for i in np.flatnonzero(mask)], now
+            )
+            factor = self.extender.weight * (kd.MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+            for n, s in scores.items():
+                if n in index:
+                    extra[index[n]] = max(0, min(MAX_EXTENDER_PRIORITY, int(s))) * factor
+        return mask, extra
+
+
+@dataclass(frozen=True)
+class SchedulerSpec:
+    """A scheduler as named on the command line: ``default``, ``default:500m``,
+    ``default:200m/750Mi`` (requests applied to every job's pods), ``carico`` or ``carico:p=1``
+    (the agents started with ``--prior-per-pod-cost 1``)."""
+
+    kind: str
+    cpu_m: int | None = None
+    mem: int | None = None
+    # carico only: the agents' --prior-per-pod-cost (None: the agent's shipped default).
+    prior_per_pod_cost: float | None = None
+
+    @property
+    def label(self) -> str:
+        if self.kind == "carico" and self.prior_per_pod_cost is not None:
+            return f"carico:p={self.prior_per_pod_cost:g}"
+        if self.kind != "default" or self.cpu_m is None:
+            return self.kind
+        s = f"default:{self.cpu_m}m"
+        if self.mem is not None:
+            s += f"/{self.mem // MI}Mi"
+        return s
+
+
+_SPEC = re.compile(r"^(default|carico)(?::(\d+)m(?:/(\d+)(Mi|Gi))?)?$")
+_CARICO_PRIOR = re.compile(r"^carico:p=(\d+(?:\.\d+)?)$")
+
+
+def parse_spec(text: str) -> SchedulerSpec:
+    prior = _CARICO_PRIOR.match(text.strip())
+    if prior:
+        cost = float(prior.group(1))
+        if not cost > 0:
+            raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
+        return SchedulerSpec("carico", prior_per_pod_cost=cost)
+    m = _SPEC.match(text.strip())
+    if not m:
+        raise ValueError(
+            f"scheduler {text!r}: expected default, default:<cpu>m, "
+            "default:<cpu>m/<mem>Mi, carico or carico:p=<per-pod cost prior>"
+        )
+    kind, cpu, mem, unit = m.groups()
+    if kind == "carico" and cpu is not None:
+        raise ValueError("the carico scheduler ignores requests; write just 'carico'")
+    mem_b = None if mem is None else int(mem) * (MI if unit == "Mi" else 1024 * MI)
+    return SchedulerSpec(kind, None if cpu is None else int(cpu), mem_b)
+
+
+def make_scheduler(
+    spec: SchedulerSpec, params: ModelParams, n_nodes: int, rng: np.random.Generator
+) -> Scheduler:
+    if spec.kind == "default":
+        return KubeScheduler(spec.label, params, n_nodes, rng)
+    try:
+        # Imported only here: the wiring loads the agent, aggregator and extender packages,
+        # which the rest of carico_app.simulate never imports (DESIGN §2; see carico_wiring).
+        from carico_app.simulate.carico_wiring import CaricoScheduler
+    except ImportError as exc:  # a build without the services
+        raise NotWiredError(f"carico scheduler unavailable: {exc}") from exc
+    return CaricoScheduler(params, n_nodes, rng, prior_per_pod_cost=spec.prior_per_pod_cost)
