@@ -18,6 +18,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/hadolint Dockerfile
 	$(VENV)/bin/shellcheck deploy/image/*.sh
 

@@ -1,18 +1,19 @@
 """Counting the workload pods running on this node, from pod events (DESIGN §3.6, §3.8). Pure.
 
 A workload pod is one the scheduler placed: DaemonSet pods (one per node whatever the capacity) and
-mirror pods of static manifests are excluded. Only pods in phase Running count — a Pending pod uses
+mirror pods of static manifests are excluded (the rule is :func:`carico.pods.is_workload_pod`, the
+same the extender applies). Only pods in phase Running count — a Pending pod uses
 nothing yet. :mod:`agent.kube_watch` turns API objects into :class:`PodInfo` and feeds the table;
 the table says whether an event changed anything, which starts the churn hold.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+from carico.pods import is_workload_pod
 
 
 @dataclass(frozen=True)
@@ -24,19 +25,6 @@ class PodInfo:
     running: bool
 
 
-def is_workload(owner_kinds: Sequence[str], annotations: Mapping[str, str] | None) -> bool:
-    """False for DaemonSet-owned and mirror (static) pods.
-
-    >>> is_workload(["ReplicaSet"], {})
-    True
-    >>> is_workload(["DaemonSet"], None), is_workload([], {MIRROR_ANNOTATION: "abc"})
-    (False, False)
-    """
-    if "DaemonSet" in owner_kinds:
-        return False
-    return not (annotations and MIRROR_ANNOTATION in annotations)
-
-
 def pod_info_from_dict(pod: Mapping[str, Any]) -> PodInfo:
     """A :class:`PodInfo` from a pod as JSON (the API's wire form)."""
     meta = pod.get("metadata") or {}
@@ -44,7 +32,7 @@ def pod_info_from_dict(pod: Mapping[str, Any]) -> PodInfo:
     phase = (pod.get("status") or {}).get("phase")
     return PodInfo(
         uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
-        workload=is_workload(owners, meta.get("annotations")),
+        workload=is_workload_pod(owners, meta.get("annotations")),
         running=phase == "Running",
     )
 

@@ -16,10 +16,11 @@ import json
 import sys
 from typing import Any, TextIO
 
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from repack.cpsat.model import FORMULATIONS
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.plan import Plan, to_dict
-from repack.problem.snapshot import DEFAULT_EXCLUDED_NAMESPACES, SnapshotError, parse_list
+from repack.problem.snapshot import SnapshotError, parse_list
 from scheduler_ext.repack.live import merge_lists, only_pending_of
 
 

@@ -28,6 +28,7 @@ from carico.cliargs import (
     positive_float,
 )
 from carico.logs import add_logging_arguments, configure_logging
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from carico.tls import grpc_server_credentials, server_ssl_context
 from scheduler_ext.cluster import Cluster, InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
@@ -109,13 +110,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         rules,
         "--excluded-namespaces",
-        default="kube-system",
+        default=",".join(sorted(DEFAULT_EXCLUDED_NAMESPACES)),
         help="comma-separated namespaces whose pods pass every decision untouched",
     )
     add_env_argument(
         rules,
         "--managed-schedulers",
-        default="carico-scheduler",
+        default=",".join(sorted(DEFAULT_MANAGED_SCHEDULERS)),
         help="comma-separated spec.schedulerName values whose pods Carico decides for; pods of "
         "other profiles pass every verb untouched (kube-scheduler sends them too). "
         "Empty: manage every pod",

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from carico.pods import (
+    CRITICAL_PRIORITY_CLASSES,
+    DEFAULT_EXCLUDED_NAMESPACES,
+    DEFAULT_MANAGED_SCHEDULERS,
+    DEFAULT_SCHEDULER,
+    is_mirror,
+    node_bound_reason,
+)
 from scheduler_ext import wire
-
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-CRITICAL_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
-DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
-DEFAULT_MANAGED_SCHEDULERS = ("carico-scheduler",)
-DEFAULT_SCHEDULER = "default-scheduler"  # what the API server fills in when a pod names none
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +52,7 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
         name=meta.name,
         uid=meta.uid,
         owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
-        mirror=MIRROR_ANNOTATION in annotations,
+        mirror=is_mirror(annotations, [ref.kind for ref in owners]),
         priority_class=spec.priorityClassName or "",
         scheduler=spec.schedulerName or DEFAULT_SCHEDULER,
         owner_uid=controller.uid if controller is not None else "",
@@ -67,8 +69,8 @@ class ExemptionPolicy:
     pod through unreserved could over-commit the node.
     """
 
-    excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
-    managed_schedulers: frozenset[str] = frozenset(DEFAULT_MANAGED_SCHEDULERS)
+    excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
+    managed_schedulers: frozenset[str] = DEFAULT_MANAGED_SCHEDULERS
 
     def reason(self, pod: PodFacts) -> str | None:
         """Why ``pod`` is exempt from capacity decisions, or None when it is not."""
@@ -78,10 +80,9 @@ class ExemptionPolicy:
             and pod.scheduler not in self.managed_schedulers
         ):
             return f"scheduler {pod.scheduler} is not managed by Carico"
-        if "DaemonSet" in pod.owner_kinds:
-            return "owned by a DaemonSet"
-        if pod.mirror:
-            return "static (mirror) pod"
+        bound = node_bound_reason(pod.owner_kinds, pod.mirror)
+        if bound is not None:
+            return bound
         if pod.priority_class in CRITICAL_PRIORITY_CLASSES:
             return f"priority class {pod.priority_class}"
         if pod.namespace in self.excluded_namespaces:

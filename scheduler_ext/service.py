@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
 from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
@@ -44,9 +45,9 @@ class Settings:
     threshold: float = 1.0
     stale_after: float = 10.0
     stale_policy: StaleData = StaleData.FAIL_OPEN
-    excluded_namespaces: frozenset[str] = frozenset({"kube-system"})
+    excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     # Empty: every scheduler profile's pods are managed.
-    managed_schedulers: frozenset[str] = frozenset({"carico-scheduler"})
+    managed_schedulers: frozenset[str] = DEFAULT_MANAGED_SCHEDULERS
     reservation_ttl: float = 300.0
     forget_after: float = 3600.0  # nodes silent this long are dropped (deleted nodes)
     explain_pods: int = 1024

@@ -17,9 +17,9 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
+from carico.pods import DAEMONSET, DEFAULT_EXCLUDED_NAMESPACES, is_mirror
+
 DO_NOT_MOVE_ANNOTATION = "carico.io/do-not-move"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-DEFAULT_EXCLUDED_NAMESPACES: frozenset[str] = frozenset({"kube-system"})
 
 Resources = dict[str, int]
 
@@ -298,9 +298,9 @@ def _movability(meta: Mapping[str, Any], owner_kind: str, excluded: frozenset[st
     annotations = meta.get("annotations") or {}
     if str(annotations.get(DO_NOT_MOVE_ANNOTATION, "")).lower() not in {"", "false"}:
         return "do-not-move"
-    if MIRROR_ANNOTATION in annotations or owner_kind == "Node":
+    if is_mirror(annotations, (owner_kind,)):
         return "mirror"
-    if owner_kind == "DaemonSet":
+    if owner_kind == DAEMONSET:
         return "daemonset"
     if not owner_kind:
         return "bare"

@@ -39,8 +39,9 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from repack.problem.plan import Plan, Step
-from repack.problem.snapshot import DEFAULT_EXCLUDED_NAMESPACES, Pod, Snapshot
+from repack.problem.snapshot import Pod, Snapshot
 from scheduler_ext.cluster import Evicted, EvictionReply
 from scheduler_ext.repack import recheck
 from scheduler_ext.repack.live import merge_lists

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from carico.pods import DEFAULT_SCHEDULER
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Snapshot, SnapshotError, parse_list
-from scheduler_ext.pods import DEFAULT_SCHEDULER
 
 
 def merge_lists(raws: Sequence[bytes | str]) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from repack.problem.eligibility import eligible
 from repack.problem.plan import Step
 from repack.problem.snapshot import (
-    DEFAULT_EXCLUDED_NAMESPACES,
     Pod,
     Snapshot,
     SnapshotError,

@@ -38,8 +38,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from scheduler_ext.metrics import ExtenderMetrics
-from scheduler_ext.pods import DEFAULT_EXCLUDED_NAMESPACES
 from scheduler_ext.repack.trigger import Trigger, Unscheduled
 
 if TYPE_CHECKING:
@@ -131,7 +131,7 @@ class RepackSettings:
     time_limit: float = 10.0  # solve budget of a run, seconds
     max_time_limit: float = 300.0  # the most a POST /repack may ask for
     history: int = 20  # plans kept for GET /api/v1/repack/plans
-    excluded_namespaces: frozenset[str] = frozenset(DEFAULT_EXCLUDED_NAMESPACES)
+    excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
     # Pending pods of these schedulers are the ones repacked for; empty: every scheduler.
     managed_schedulers: frozenset[str] = frozenset({"carico-scheduler"})
     workers: int = 0  # CP-SAT workers, 0: every core

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_ext.pods import DEFAULT_SCHEDULER
+from carico.pods import DEFAULT_SCHEDULER
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from agent.pods import MIRROR_ANNOTATION, PodInfo, PodTable, pod_info_from_dict
+from agent.pods import PodInfo, PodTable, pod_info_from_dict
+from carico.pods import MIRROR_ANNOTATION
 
 
 def pod(
