@@ -53,6 +53,14 @@ def _features(text: str) -> tuple[str, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    # Building the parser is the first thing ``carico agent`` does, and the defaults below come
+    # from the pipeline's own configuration, whose module loads numpy: set BLAS up before that.
+    _single_threaded_blas()
+    from agent.pipeline import PipelineConfig
+    from agent.service import ServiceConfig
+
+    pipe = PipelineConfig()
+    svc = ServiceConfig(node="")
     parser.epilog = (
         "Every flag can also be set with the environment variable named after it; --node-name "
         "also falls back to NODE_NAME (the downward API), then to the host name."
@@ -69,31 +77,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_features,
         help="comma-separated features: cpu, memory, cpu_pressure, memory_pressure, io_pressure",
     )
-    add_env_argument(g, "--sample-hz", default=10.0, type=positive_float, help="sampling rate")
     add_env_argument(
-        g, "--batch", default=10, type=positive_int, help="samples per batch (one model update)"
+        g, "--sample-hz", default=pipe.sample_hz, type=positive_float, help="sampling rate"
+    )
+    add_env_argument(
+        g,
+        "--batch",
+        default=pipe.batch,
+        type=positive_int,
+        help="samples per batch (one model update)",
     )
     add_env_argument(
         g,
         "--half-life",
-        default=30.0,
+        default=pipe.half_life_s,
         type=positive_float,
         help="seconds after which old telemetry weighs half in the local model",
     )
     add_env_argument(
-        g, "--k-max", default=1000.0, type=positive_float, help="upper clamp of the signal k"
+        g, "--k-max", default=pipe.k_max, type=positive_float, help="upper clamp of the signal k"
     )
     add_env_argument(
         g,
         "--churn-hold",
-        default=2.5,
+        default=pipe.hold_s,
         type=non_negative_float,
         help="seconds estimation halts after the last pod event",
     )
     add_env_argument(
         g,
         "--prior-per-pod-cost",
-        default=0.1,
+        default=pipe.prior_per_pod_cost,
         type=positive_float,
         help="per-pod cost before the node learns its own and without a fleet prior",
     )
@@ -111,7 +125,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         g,
         "--churn-hint",
-        default="none",
+        default=svc.churn_hint,
         choices=["none", "cgroup"],
         help="fast churn hint: 'cgroup' watches pod cgroups with inotify (the pod watch stays "
         "authoritative)",
@@ -119,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         g,
         "--cgroup-root",
-        default="/sys/fs/cgroup",
+        default=svc.cgroup_root,
         help="cgroup filesystem holding the kubepods tree (for --churn-hint cgroup)",
     )
     add_env_argument(
@@ -136,29 +150,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_env_argument(
         g,
         "--exchange-interval",
-        default=5.0,
+        default=svc.exchange_interval,
         type=positive_float,
         help="seconds between model exchanges with the aggregator",
     )
     add_env_argument(
         g,
         "--global-ttl",
-        default=300.0,
+        default=pipe.global_ttl_s,
         type=positive_float,
         help="seconds a global model is merged after it arrived; older, the local model is used",
     )
     add_env_argument(
-        g, "--rpc-timeout", default=2.0, type=positive_float, help="seconds per gRPC call/connect"
+        g,
+        "--rpc-timeout",
+        default=svc.rpc_timeout,
+        type=positive_float,
+        help="seconds per gRPC call/connect",
     )
     add_env_argument(
-        g, "--backoff-max", default=30.0, type=positive_float, help="longest retry delay, seconds"
+        g,
+        "--backoff-max",
+        default=svc.backoff_max,
+        type=positive_float,
+        help="longest retry delay, seconds",
     )
     add_env_argument(g, "--tls-ca", default="", help="CA bundle: use TLS to the servers")
     add_env_argument(g, "--tls-cert", default="", help="client certificate for mTLS")
     add_env_argument(g, "--tls-key", default="", help="client key for mTLS")
 
     g = parser.add_argument_group("operations")
-    add_env_argument(g, "--metrics-host", default="0.0.0.0", help="address of /metrics, /healthz")
+    add_env_argument(
+        g, "--metrics-host", default=svc.metrics_host, help="address of /metrics, /healthz"
+    )
     add_env_argument(
         g,
         "--metrics-port",

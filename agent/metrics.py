@@ -1,20 +1,48 @@
-"""Prometheus metrics of the agent (``carico_agent_*``), read from the service at scrape time.
+"""Prometheus metrics of the agent (``carico_agent_*``), read at scrape time from a status record.
 
 A custom collector instead of gauges updated in the sampling loop: the loop stays free of metric
-bookkeeping (it runs at 10 Hz) and the values are always those of the latest report.
+bookkeeping (it runs at 10 Hz) and the values are always those of the latest report. The collector
+reads an :class:`AgentStatus` the service makes on demand, so this module knows nothing of the
+service (``agent.service`` imports it, never the other way round).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from agent.service import AgentService
+from agent.pipeline import CapacityReport
+
+
+@dataclass(frozen=True)
+class ClientStatus:
+    """A network client's counters: exchanges (or reports) that went through, failures, link."""
+
+    ok: int
+    errors: int
+    connected: bool
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """What the metrics show of a running agent at one moment."""
+
+    node: str
+    feature_names: tuple[str, ...]
+    last_report: CapacityReport | None
+    samples: int
+    samples_missing: int
+    reports: int
+    ticks_skipped: int
+    global_refused: int
+    exchange: ClientStatus | None = None  # None: no aggregator configured
+    reporter: ClientStatus | None = None  # None: no extender configured
+    churn_hints: int | None = None  # None: no churn hint configured
+    pod_watch_errors: int | None = None  # None: no pod watch
 
 
 def _gauge(name: str, doc: str, value: float, node: str) -> GaugeMetricFamily:
@@ -24,20 +52,20 @@ def _gauge(name: str, doc: str, value: float, node: str) -> GaugeMetricFamily:
 
 
 class AgentCollector(Collector):
-    def __init__(self, service: AgentService) -> None:
-        self.service = service
+    def __init__(self, status: Callable[[], AgentStatus]) -> None:
+        self.status = status
 
     def collect(self) -> Iterator[Metric]:
-        svc = self.service
-        node = svc.config.node
-        report = svc.last_report
+        st = self.status()
+        node = st.node
+        report = st.last_report
         if report is not None:
             features = GaugeMetricFamily(
                 "carico_agent_feature",
                 "Smoothed telemetry y in [0,1] (0 = empty, 1 = full)",
                 labels=["node", "feature"],
             )
-            for name, value in zip(svc.source.feature_names, report.features, strict=True):
+            for name, value in zip(st.feature_names, report.features, strict=True):
                 features.add_metric([node, name], value)
             yield features
             yield _gauge("k", "Capacity signal k: typical workloads that still fit", report.k, node)
@@ -64,29 +92,28 @@ class AgentCollector(Collector):
                 "model_age_seconds", "Age of the global model used", report.model_age_s, node
             )
         counters = (
-            ("samples", "Telemetry samples taken", svc.pipeline.samples),
-            ("samples_missing", "Samples missing or malformed", svc.pipeline.samples_missing),
-            ("reports", "Capacity reports produced", svc.reports),
+            ("samples", "Telemetry samples taken", st.samples),
+            ("samples_missing", "Samples missing or malformed", st.samples_missing),
+            ("reports", "Capacity reports produced", st.reports),
             (
                 "ticks_skipped",
                 "Sampling ticks skipped because the loop fell behind",
-                svc.ticks_skipped,
+                st.ticks_skipped,
             ),
-            ("global_model_refused", "Global models refused as invalid", svc.global_refused),
+            ("global_model_refused", "Global models refused as invalid", st.global_refused),
         )
         for name, doc, value in counters:
             c = CounterMetricFamily(f"carico_agent_{name}", doc, labels=["node"])
             c.add_metric([node], value)
             yield c
         for prefix, total, client, what in (
-            ("exchange", "exchanges", svc.exchange, "Model exchanges with the aggregator"),
-            ("report", "reports_sent", svc.reporter, "Capacity reports sent to the extender"),
+            ("exchange", "exchanges", st.exchange, "Model exchanges with the aggregator"),
+            ("report", "reports_sent", st.reporter, "Capacity reports sent to the extender"),
         ):
             if client is None:
                 continue
-            ok = client.exchanges if prefix == "exchange" else client.sent
             c = CounterMetricFamily(f"carico_agent_{total}", what, labels=["node"])
-            c.add_metric([node], ok)
+            c.add_metric([node], client.ok)
             yield c
             c = CounterMetricFamily(
                 f"carico_agent_{prefix}_errors", f"{what}: failures", labels=["node"]
@@ -96,15 +123,15 @@ class AgentCollector(Collector):
             yield _gauge(
                 f"{prefix}_connected", f"{what}: 1 while connected", float(client.connected), node
             )
-        if svc.churn_hint is not None:
+        if st.churn_hints is not None:
             c = CounterMetricFamily(
                 "carico_agent_churn_hints", "Pod cgroups created or removed", labels=["node"]
             )
-            c.add_metric([node], svc.churn_hint.events)
+            c.add_metric([node], st.churn_hints)
             yield c
-        if svc.watcher is not None:
+        if st.pod_watch_errors is not None:
             c = CounterMetricFamily(
                 "carico_agent_pod_watch_errors", "Pod watch failures", labels=["node"]
             )
-            c.add_metric([node], svc.watcher.errors)
+            c.add_metric([node], st.pod_watch_errors)
             yield c

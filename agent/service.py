@@ -22,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import asyncio
 
+    from agent.metrics import AgentStatus
     from agent.wire import GlobalWorkload
 
 from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
@@ -241,6 +242,32 @@ class AgentService:
 
     # -- readiness and the whole service ------------------------------------------------------
 
+    def status(self) -> AgentStatus:
+        """The counters and the latest report, as the metrics show them."""
+        from agent.metrics import AgentStatus, ClientStatus
+
+        exchange = reporter = None
+        if self.exchange is not None:
+            ex = self.exchange
+            exchange = ClientStatus(ex.exchanges, ex.errors, ex.connected)
+        if self.reporter is not None:
+            rp = self.reporter
+            reporter = ClientStatus(rp.sent, rp.errors, rp.connected)
+        return AgentStatus(
+            node=self.config.node,
+            feature_names=tuple(self.source.feature_names),
+            last_report=self.last_report,
+            samples=self.pipeline.samples,
+            samples_missing=self.pipeline.samples_missing,
+            reports=self.reports,
+            ticks_skipped=self.ticks_skipped,
+            global_refused=self.global_refused,
+            exchange=exchange,
+            reporter=reporter,
+            churn_hints=None if self.churn_hint is None else self.churn_hint.events,
+            pod_watch_errors=None if self.watcher is None else self.watcher.errors,
+        )
+
     def ready(self) -> str | None:
         if self.config.kube and not self.pods.known:
             return "pod watch has not listed this node's pods yet"
@@ -268,7 +295,7 @@ class AgentService:
                 from carico.http_ops import start_ops_server
 
                 registry = CollectorRegistry()
-                registry.register(AgentCollector(self))
+                registry.register(AgentCollector(self.status))
                 ops = await start_ops_server(
                     cfg.metrics_host, cfg.metrics_port, registry, self.ready
                 )

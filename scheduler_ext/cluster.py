@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import enum
 import itertools
 import json
 from collections.abc import Callable, Mapping
@@ -30,6 +29,7 @@ import msgspec
 from scheduler_ext import wire
 from scheduler_ext.ledger import PENDING, PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
+from scheduler_ext.repack.evictions import Evicted, EvictionReply
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 OnList = Callable[[list[PodState]], None]
@@ -38,19 +38,6 @@ OnEvent = Callable[[PodState], None]
 
 class BindError(Exception):
     """The binding was refused or could not be created; the message goes back to the scheduler."""
-
-
-class Evicted(enum.Enum):
-    EVICTED = "evicted"  # the API accepted the eviction (the pod is being deleted)
-    BLOCKED = "blocked"  # 429: a PodDisruptionBudget (or the API's rate limit) said not now
-    GONE = "gone"  # 404, or the uid precondition failed: the pod is not the one planned
-    FAILED = "failed"  # anything else (forbidden, connection errors)
-
-
-@dataclass(frozen=True)
-class EvictionReply:
-    outcome: Evicted
-    message: str = ""
 
 
 RUNNING = "Running"

@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler_ext import wire
-from scheduler_ext.cluster import BindError, Evicted, EvictionReply, OnEvent, OnList
+from scheduler_ext.cluster import BindError, OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
+from scheduler_ext.repack.evictions import Evicted, EvictionReply
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 log = logging.getLogger(__name__)

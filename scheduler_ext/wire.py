@@ -166,12 +166,6 @@ class PreemptionResult(msgspec.Struct):
     NodeNameToMetaVictims: dict[str, MetaVictims]
 
 
-class ErrorResult(msgspec.Struct):
-    """Body of a filter/preempt reply that failed as a whole."""
-
-    Error: str
-
-
 # Decoders and the encoder are built once: msgspec caches the type plans inside them.
 decode_args = msgspec.json.Decoder(ExtenderArgs).decode
 decode_args_raw_names = msgspec.json.Decoder(ExtenderArgsRawNames).decode

@@ -13,13 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from carico.subspace import MAX_DIMS as MAX_FEATURES
 from protos.carico.v1 import capacity_pb2
-
-if TYPE_CHECKING:
-    from scheduler_ext.capacity import NodeReport
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +68,21 @@ def validate_workload(msg: capacity_pb2.GlobalWorkload) -> str | None:
     return None
 
 
+class WorkloadCarrier(Protocol):
+    """What the view reads of a node's report (``capacity.NodeReport`` has it)."""
+
+    @property
+    def node(self) -> str: ...
+    @property
+    def received_at(self) -> float: ...
+    @property
+    def global_model(self) -> bool: ...
+    @property
+    def global_workload(self) -> GlobalWorkload | None: ...
+
+
 def model_view(
-    reports: Iterable[NodeReport], now: float, is_fresh: Callable[[str, float], bool]
+    reports: Iterable[WorkloadCarrier], now: float, is_fresh: Callable[[str, float], bool]
 ) -> dict[str, Any]:
     """The freshest global model the nodes report, and which version each node holds.
 
@@ -81,7 +91,7 @@ def model_view(
     carrying it is stale or reports that it no longer merges it (past the agent's global TTL).
     """
     nodes: dict[str, Any] = {}
-    best: tuple[float, NodeReport, GlobalWorkload] | None = None
+    best: tuple[float, WorkloadCarrier, GlobalWorkload] | None = None
     for r in reports:
         g = r.global_workload
         if g is None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from carico_app.simulate import scenarios
 from carico_app.simulate.engine import CaseResult, run_case
 from carico_app.simulate.params import ModelParams
-from carico_app.simulate.scheduler import parse_spec
+from carico_app.simulate.schedulers import parse_spec
 
 
 @dataclass(frozen=True)

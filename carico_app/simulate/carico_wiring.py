@@ -21,7 +21,7 @@ Only the transports (gRPC streams, HTTP) are left out: the messages are the same
 would carry. Nothing of Carico's logic is re-implemented here.
 
 **Where it sits.** The simulator is part of the application layer, which may import the
-services; this is the one module of it that does. ``scheduler.make_scheduler`` imports it only
+services; this is the one module of it that does. ``schedulers.make_scheduler`` imports it only
 when the ``carico`` scheduler is asked for, so the default-scheduler rows never load the services.
 The aggregator's store is pure (it imports only ``carico`` and its own ``validate``), so it is
 used as it is.

@@ -19,7 +19,7 @@ from carico_app.simulate.calibration import comparison_table, evaluate
 from carico_app.simulate.engine import CaseResult, run_case
 from carico_app.simulate.params import ModelParams, override
 from carico_app.simulate.report import header, table, to_json, write_plots
-from carico_app.simulate.scheduler import NotWiredError, SchedulerSpec, parse_spec
+from carico_app.simulate.schedulers import SchedulerSpec, parse_spec
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -97,13 +97,9 @@ def run(args: argparse.Namespace) -> int:
         print(header(args.seed, params))
         print(flush=True)
     results: list[CaseResult] = []
-    try:
-        for case in cases:
-            for spec in specs:
-                results.append(run_case(scenario, case, spec, params, args.seed))
-    except NotWiredError as exc:
-        print(f"carico simulate: {exc}", file=sys.stderr)
-        return 2
+    for case in cases:
+        for spec in specs:
+            results.append(run_case(scenario, case, spec, params, args.seed))
     if args.json:
         print(json.dumps(to_json(results, args.seed, params), indent=1))
     else:

@@ -28,7 +28,8 @@ from carico_app.simulate.scenarios import (
     Case,
     Scenario,
 )
-from carico_app.simulate.scheduler import Scheduler, SchedulerSpec, make_scheduler
+from carico_app.simulate.scheduler import Scheduler
+from carico_app.simulate.schedulers import SchedulerSpec, make_scheduler
 
 PERCENTILES = (25, 50, 75, 95, 99)
 

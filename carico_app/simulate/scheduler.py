@@ -16,29 +16,23 @@ takes an optional ``Extender`` with exactly those three calls, synchronous and o
 like the extender's own decision code (filter and prioritize of a pod over candidate names at a
 given time). The ``carico`` scheduler is ``KubeScheduler(extender=<the extender's decision code and
 reservation ledger, binding through its --no-kube in-memory cluster>)`` fed by agents whose
-telemetry source reads ``Cluster.telemetry``; that wiring is ``carico_wiring.py``, imported only
-when ``carico`` is asked for, so that the rest of this package never loads the services.
+telemetry source reads ``Cluster.telemetry``; that wiring is ``carico_wiring.py``, and
+``schedulers.py`` turns a name from the command line into one or the other.
 """
 
 from __future__ import annotations
 
-import re
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
 from carico_app.simulate import kube_default as kd
 from carico_app.simulate.cluster import Cluster
-from carico_app.simulate.params import MI, ModelParams
+from carico_app.simulate.params import ModelParams
 from carico_app.simulate.queue import SchedulingQueue
 
 MAX_EXTENDER_PRIORITY = 10
-
-
-class NotWiredError(RuntimeError):
-    """A scheduler that exists in the design but is not connected to the simulator yet."""
 
 
 class Scheduler(Protocol):
@@ -216,65 +210,3 @@ class KubeScheduler:
                 if n in index:
                     extra[index[n]] = max(0, min(MAX_EXTENDER_PRIORITY, int(s))) * factor
         return mask, extra
-
-
-@dataclass(frozen=True)
-class SchedulerSpec:
-    """A scheduler as named on the command line: ``default``, ``default:500m``,
-    ``default:200m/750Mi`` (requests applied to every job's pods), ``carico`` or ``carico:p=1``
-    (the agents started with ``--prior-per-pod-cost 1``)."""
-
-    kind: str
-    cpu_m: int | None = None
-    mem: int | None = None
-    # carico only: the agents' --prior-per-pod-cost (None: the agent's shipped default).
-    prior_per_pod_cost: float | None = None
-
-    @property
-    def label(self) -> str:
-        if self.kind == "carico" and self.prior_per_pod_cost is not None:
-            return f"carico:p={self.prior_per_pod_cost:g}"
-        if self.kind != "default" or self.cpu_m is None:
-            return self.kind
-        s = f"default:{self.cpu_m}m"
-        if self.mem is not None:
-            s += f"/{self.mem // MI}Mi"
-        return s
-
-
-_SPEC = re.compile(r"^(default|carico)(?::(\d+)m(?:/(\d+)(Mi|Gi))?)?$")
-_CARICO_PRIOR = re.compile(r"^carico:p=(\d+(?:\.\d+)?)$")
-
-
-def parse_spec(text: str) -> SchedulerSpec:
-    prior = _CARICO_PRIOR.match(text.strip())
-    if prior:
-        cost = float(prior.group(1))
-        if not cost > 0:
-            raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
-        return SchedulerSpec("carico", prior_per_pod_cost=cost)
-    m = _SPEC.match(text.strip())
-    if not m:
-        raise ValueError(
-            f"scheduler {text!r}: expected default, default:<cpu>m, "
-            "default:<cpu>m/<mem>Mi, carico or carico:p=<per-pod cost prior>"
-        )
-    kind, cpu, mem, unit = m.groups()
-    if kind == "carico" and cpu is not None:
-        raise ValueError("the carico scheduler ignores requests; write just 'carico'")
-    mem_b = None if mem is None else int(mem) * (MI if unit == "Mi" else 1024 * MI)
-    return SchedulerSpec(kind, None if cpu is None else int(cpu), mem_b)
-
-
-def make_scheduler(
-    spec: SchedulerSpec, params: ModelParams, n_nodes: int, rng: np.random.Generator
-) -> Scheduler:
-    if spec.kind == "default":
-        return KubeScheduler(spec.label, params, n_nodes, rng)
-    try:
-        # Imported only here: the wiring loads the agent, aggregator and extender packages,
-        # which the rest of carico_app.simulate never imports (DESIGN §2; see carico_wiring).
-        from carico_app.simulate.carico_wiring import CaricoScheduler
-    except ImportError as exc:  # a build without the services
-        raise NotWiredError(f"carico scheduler unavailable: {exc}") from exc
-    return CaricoScheduler(params, n_nodes, rng, prior_per_pod_cost=spec.prior_per_pod_cost)

@@ -42,8 +42,8 @@ from typing import Protocol, runtime_checkable
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from repack.problem.plan import Plan, Step
 from repack.problem.snapshot import Pod, Snapshot
-from scheduler_ext.cluster import Evicted, EvictionReply
 from scheduler_ext.repack import recheck
+from scheduler_ext.repack.evictions import Evicted, EvictionReply
 from scheduler_ext.repack.live import merge_lists
 from scheduler_ext.repack.recheck import LiveView, live_view
 from scheduler_ext.repack.service import ExecutionReport

@@ -22,7 +22,7 @@ import numpy as np
 from carico_app.simulate import scenarios
 from carico_app.simulate.engine import run_case
 from carico_app.simulate.params import ModelParams
-from carico_app.simulate.scheduler import parse_spec
+from carico_app.simulate.schedulers import parse_spec
 
 LIMIT_S = 120.0
 

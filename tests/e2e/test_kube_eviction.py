@@ -16,8 +16,8 @@ import pytest
 from e2e_controlplane import ControlPlane, wait_for
 from fake_kubelet import FakeKubelet
 
-from scheduler_ext.cluster import Evicted
 from scheduler_ext.kube import KubernetesCluster
+from scheduler_ext.repack.evictions import Evicted
 
 pytestmark = [pytest.mark.e2e]
 

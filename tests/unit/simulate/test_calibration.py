@@ -20,7 +20,7 @@ import pytest
 from carico_app.simulate import scenarios
 from carico_app.simulate.engine import CaseResult, run_case
 from carico_app.simulate.params import ModelParams
-from carico_app.simulate.scheduler import parse_spec
+from carico_app.simulate.schedulers import parse_spec
 
 TABLE_5_2 = {  # (pods, request) -> job completion s
     (500, "100m"): 56.0,

@@ -15,7 +15,7 @@ from carico_app.simulate.carico_wiring import CaricoScheduler
 from carico_app.simulate.engine import CaseResult, run_case
 from carico_app.simulate.params import BPI_2000, ModelParams
 from carico_app.simulate.scenarios import Case, JobSpec, Scenario
-from carico_app.simulate.scheduler import make_scheduler, parse_spec
+from carico_app.simulate.schedulers import make_scheduler, parse_spec
 from scheduler_ext.decisions import Decider
 from scheduler_ext.ledger import Ledger, Release
 

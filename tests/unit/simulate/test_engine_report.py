@@ -14,7 +14,7 @@ from carico_app.simulate.engine import distribution, run_case
 from carico_app.simulate.params import BPI_2000, ML_SMALL, ModelParams
 from carico_app.simulate.report import header, table, to_json, write_plots
 from carico_app.simulate.scenarios import Case, JobSpec, Scenario
-from carico_app.simulate.scheduler import parse_spec
+from carico_app.simulate.schedulers import parse_spec
 
 SMALL = Scenario(
     "small",

@@ -9,12 +9,8 @@ import pytest
 
 from carico_app.simulate.cluster import SUCCEEDED
 from carico_app.simulate.params import BPI_2000, ModelParams
-from carico_app.simulate.scheduler import (
-    KubeScheduler,
-    SchedulerSpec,
-    make_scheduler,
-    parse_spec,
-)
+from carico_app.simulate.scheduler import KubeScheduler
+from carico_app.simulate.schedulers import SchedulerSpec, make_scheduler, parse_spec
 
 
 def run(cluster, sched, seconds: float) -> None:  # type: ignore[no-untyped-def]
