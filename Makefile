@@ -10,6 +10,9 @@ $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# The repacker's compiled loops (numba, about 20 s) are built and cached now, at install,
+	@# so that no user's first `carico repack` or demo pays for them.
+	$(PY) -c "import repack.search.swap_kernel, repack.search.heuristics, repack.bounds.patterns"
 	@touch $(STAMP)
 
 install: $(STAMP)
