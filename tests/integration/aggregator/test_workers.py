@@ -133,12 +133,21 @@ async def test_a_crashed_worker_is_replaced_and_health_says_so_meanwhile(make_lo
         assert merger.health() is None
         victim = merger.processes()[0]
         os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
-        while victim.is_alive():
-            await asyncio.sleep(0.01)
+
+        async def dead() -> None:
+            while victim.is_alive():
+                await asyncio.sleep(0.01)
+
+        async def healthy_again() -> None:
+            while merger.health() is not None:
+                assert not merger.failed.is_set()
+                await asyncio.sleep(0.02)
+
+        # Generous deadlines (a worker restarts in well under a second): they turn a hang into a
+        # failure that says which step did not happen.
+        await asyncio.wait_for(dead(), 10)
         assert merger.health() is not None  # down, or its replacement not serving yet
-        while merger.health() is not None:
-            assert not merger.failed.is_set()
-            await asyncio.sleep(0.02)
+        await asyncio.wait_for(healthy_again(), 30)
         assert merger.processes()[0].pid != victim.pid
         assert service.metrics.worker_restarts._value.get() == 1
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
