@@ -52,7 +52,10 @@ class Scheduler(Protocol):
 
 
 class Extender(Protocol):
-    """kube-scheduler's extender calls (DESIGN §4.1) on node names; what Carico plugs in."""
+    """kube-scheduler's extender calls on node names; what Carico plugs in.
+
+    The protocol: docs/architecture.md#extender-protocol.
+    """
 
     weight: int
 
@@ -273,7 +276,8 @@ def make_scheduler(
         return KubeScheduler(spec.label, params, n_nodes, rng)
     try:
         # Imported only here: the wiring loads the agent, aggregator and extender packages,
-        # which the rest of carico_app.simulate never imports (DESIGN §2; see carico_wiring).
+        # which the rest of carico_app.simulate never imports (docs/architecture.md#layers;
+        # see carico_wiring).
         from carico_app.simulate.carico_wiring import CaricoScheduler
     except ImportError as exc:  # a build without the services
         raise NotWiredError(f"carico scheduler unavailable: {exc}") from exc
