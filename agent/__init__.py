@@ -1,4 +1,6 @@
-"""The Carico node agent (DESIGN §3): from the node's telemetry to a capacity report.
+"""The Carico node agent: from the node's telemetry to a capacity report.
+
+Design: docs/architecture.md#data-flow.
 
 Modules: ``psi``, ``telemetry``, ``pods``, ``backoff`` and ``wire`` are pure (parsing, feature
 maths, pod counting, retry delays, wire conversions); ``proc_source`` reads the host's files;

@@ -1,4 +1,6 @@
-"""An optional fast churn hint: inotify on the kubepods cgroup tree (DESIGN §3.8).
+"""An optional fast churn hint: inotify on the kubepods cgroup tree.
+
+Design: docs/architecture.md#pod-counting.
 
 The kubelet creates a cgroup directory for a pod before its containers start and removes it after
 they stop, seconds before the API watch reports the pod Running or gone. Watching those

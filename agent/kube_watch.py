@@ -1,4 +1,6 @@
-"""The authoritative pod count: a Kubernetes API watch of the pods on this node (DESIGN §3.8).
+"""The authoritative pod count: a Kubernetes API watch of the pods on this node.
+
+Design: docs/architecture.md#pod-counting.
 
 Lists then watches pods with ``fieldSelector=spec.nodeName=<node>`` and feeds
 :class:`agent.pods.PodTable`. A watch that expires (HTTP 410 Gone: the resource version is too old)

@@ -1,4 +1,6 @@
-"""The agent's pure per-sample step (DESIGN §3.2–3.7): samples in, capacity reports out.
+"""The agent's pure per-sample step: samples in, capacity reports out.
+
+Design: docs/architecture.md#data-flow.
 
 Every sample goes through the Dynamic EMA; every ``batch`` samples (1 s at 10 Hz) the batch of
 smoothed vectors updates the local model, the local model is merged with the latest global model
@@ -39,13 +41,15 @@ class PipelineConfig:
     batch: int = 10
     half_life_s: float = 30.0
     k_max: float = DEFAULT_K_MAX
-    # Hold estimation this long after the last pod event (EMA settling + one batch, DESIGN §3.6).
+    # Hold estimation this long after the last pod event (EMA settling + one batch,
+    # docs/architecture.md#cost-and-capacity).
     hold_s: float = 2.5
     prior_per_pod_cost: float = 0.1
     # The smoothed signal sees the pod count of this many samples ago: the Dynamic EMA snaps to a
     # step after N = 3 samples and the step lands one sample later. Measured on the simulator's
     # Job ramps: k regressed on the count lagged 0..15 samples fits best at 4 (residual 0.112 vs
-    # 0.126 unlagged). The churn filter uses it (DESIGN §3.6); width: the EMA's median of 3.
+    # 0.126 unlagged). The churn filter uses it (docs/architecture.md#cost-and-capacity);
+    # width: the EMA's median of 3.
     pods_lag_samples: int = 4
     # A resource within this of full is at its floor: its noisy samples are clipped at 1, so the
     # smoothed level stops short of 1 and k stays a little above 0 on a full node. Such a k is
@@ -89,7 +93,7 @@ class GlobalView:
 
 @dataclass(frozen=True)
 class CapacityReport:
-    """What the agent reports once per batch (DESIGN §3.7)."""
+    """What the agent reports once per batch (docs/architecture.md#avail)."""
 
     now: float
     avail: float

@@ -1,4 +1,6 @@
-"""Counting the workload pods running on this node, from pod events (DESIGN §3.6, §3.8). Pure.
+"""Counting the workload pods running on this node, from pod events. Pure.
+
+Design: docs/architecture.md#pod-counting.
 
 A workload pod is one the scheduler placed: DaemonSet pods (one per node whatever the capacity) and
 mirror pods of static manifests are excluded (the rule is :func:`carico.pods.is_workload_pod`, the

@@ -1,4 +1,4 @@
-"""``ProcSource``: the host's telemetry read through a procfs root (DESIGN §3.1).
+"""``ProcSource``: the host's telemetry read through a procfs root (docs/architecture.md#sampling).
 
 Cost decides how the files are read. The agent samples at 10 Hz on a budget of 1 % of a core, and
 between two samples it sleeps 100 ms, so every read runs with cold caches. Measured per read on a

@@ -1,4 +1,6 @@
-"""Telemetry sources and the feature vector y ∈ [0,1]^d (DESIGN §3.1). Pure: no I/O, no clock.
+"""Telemetry sources and the feature vector y ∈ [0,1]^d. Pure: no I/O, no clock.
+
+Design: docs/architecture.md#sampling.
 
 A :class:`TelemetrySource` returns one :class:`Sample` per call, given the monotonic time of the
 call; :class:`agent.proc_source.ProcSource` reads the host, and the simulator feeds the same

@@ -1,4 +1,6 @@
-"""The aggregator's node-model store and the global model (DESIGN §3.4): pure, clock passed in.
+"""The aggregator's node-model store and the global model: pure, clock passed in.
+
+Design: docs/architecture.md#aggregation.
 
 The store keeps each sender's **latest** model (a node that reports often replaces its own entry,
 it never outweighs the others) and computes the global model as the weighted mean of their second

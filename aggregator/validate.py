@@ -1,4 +1,6 @@
-"""Validation of the models nodes send to the aggregator (DESIGN §5): pure, no I/O, no clock.
+"""Validation of the models nodes send to the aggregator: pure, no I/O, no clock.
+
+Design: docs/architecture.md#security.
 
 Every ``LocalModel`` is checked here before it may reach the store: node name, weight, fleet-prior
 costs, and the factor itself (dimensions, feature names, NaN/inf, orthonormal U, σ descending and

@@ -1,3 +1,6 @@
-"""Carico's shared core: the model maths, shared types, configuration and the ``carico`` CLI."""
+"""Carico's shared core: the model maths, the pod rules and small shared helpers.
+
+Design: docs/architecture.md#layers.
+"""
 
 __version__ = "0.1.0"

@@ -1,4 +1,6 @@
-"""Dynamic EMA: a persistence-gated exponential moving average per telemetry feature (DESIGN §3.2).
+"""Dynamic EMA: a persistence-gated exponential moving average per telemetry feature.
+
+Design: docs/architecture.md#dynamic-ema.
 
 Container creation and deletion cause short (~200 ms) spikes in CPU and memory telemetry that must
 not reach the model, while real load changes must come through within ~300 ms. A plain EMA cannot do
@@ -41,13 +43,13 @@ SCALAR_MAX_DIMS = 8
 class DynamicEMA:
     """Persistence-gated EMA, one independent filter per dimension.
 
-    Parameters (keyword-only, defaults from DESIGN §3.2): ``alpha_slow`` (0.05, τ ≈ 2 s at 10 Hz),
-    ``alpha_fast`` (0.5), ``snap_samples`` N (3 = 300 ms at 10 Hz), ``delta_min`` (0.03),
-    ``delta_sigmas`` (4: δ = max(δ_min, 4σ̂); 2.5 was found to snap on noise), ``noise_window``
-    (50 residuals), ``scalar`` (None: the per-dimension Python path for at most ``SCALAR_MAX_DIMS``
-    dimensions, else the vectorised one; True or False forces a path; both give the same bits).
-    The first finite sample of a dimension initialises its level; until then its output is NaN. A
-    NaN (or ±inf) entry is a missing sample: that dimension's level is held and its
+    Parameters (keyword-only, defaults from docs/architecture.md#dynamic-ema): ``alpha_slow`` (0.05,
+    τ ≈ 2 s at 10 Hz), ``alpha_fast`` (0.5), ``snap_samples`` N (3 = 300 ms at 10 Hz), ``delta_min``
+    (0.03), ``delta_sigmas`` (4: δ = max(δ_min, 4σ̂); 2.5 was found to snap on noise),
+    ``noise_window`` (50 residuals), ``scalar`` (None: the per-dimension Python path for at most
+    ``SCALAR_MAX_DIMS`` dimensions, else the vectorised one; True or False forces a path; both give
+    the same bits). The first finite sample of a dimension initialises its level; until then its
+    output is NaN. A NaN (or ±inf) entry is a missing sample: that dimension's level is held and its
     run counter is not reset.
 
     >>> ema = DynamicEMA(2)

@@ -1,4 +1,6 @@
-"""Per-pod cost and capacity from the capacity signal (DESIGN §3.6–3.7).
+"""Per-pod cost and capacity from the capacity signal.
+
+Design: docs/architecture.md#cost-and-capacity and docs/architecture.md#avail.
 
 Model: k ≈ c − p·n, with n the node's workload pods, c the signal of the empty node (its
 *capacity*) and p > 0 the signal one pod costs (its *per_pod_cost*). Two scalar Kalman filters:
@@ -367,7 +369,8 @@ class CostCapacityEstimator:
             return
         self._before = None
         if n_before == 0 or n == 0:
-            return  # never learn the cost from a window at n = 0 (DESIGN §3.6)
+            # never learn the cost from a window at n = 0 (docs/architecture.md#cost-and-capacity)
+            return
         w_after = len(self._window)
         dn = n - n_before
         p_meas = (k_before - _mean(self._window)) / dn

@@ -1,4 +1,6 @@
-"""The public API of Carico's model core (DESIGN §3): import from here, not from the submodules.
+"""The public API of Carico's model core: import from here, not from the submodules.
+
+Design: docs/architecture.md#data-flow.
 
 The agent, the simulator, the benchmarks and the tests all use these names:
 

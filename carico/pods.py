@@ -1,4 +1,6 @@
-"""The Kubernetes pod rules every part of Carico applies, in one place (docs/architecture.md).
+"""The Kubernetes pod rules every part of Carico applies, in one place.
+
+Design: docs/architecture.md#pod-counting.
 
 The agent counts a node's *workload* pods, the extender decides which pods capacity may block,
 and the repacker decides which pods may move; all three must agree on what a DaemonSet pod, a

@@ -1,4 +1,6 @@
-"""The capacity signal k: how many typical workloads still fit on this node (DESIGN §3.5).
+"""The capacity signal k: how many typical workloads still fit on this node.
+
+Design: docs/architecture.md#capacity-signal.
 
 From the merged model M take the top singular pair (σ₁, u₁), u₁ made non-negative; the expected
 workload is w = σ₁·u₁ (σ₁ is a singular value of the mean second moment, i.e. an RMS length in

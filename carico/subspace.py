@@ -1,4 +1,6 @@
-"""The non-centred subspace model: a factor (U, σ) of a mean second moment (DESIGN §3.3).
+"""The non-centred subspace model: a factor (U, σ) of a mean second moment.
+
+Design: docs/architecture.md#subspace-model.
 
 A ``SubspaceModel`` represents C ≈ U diag(σ²) Uᵀ, the mean of y yᵀ over the telemetry it has seen
 (not mean-centred: its top direction is the typical resource use). Updates and merges are the same

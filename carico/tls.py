@@ -1,4 +1,4 @@
-"""TLS material and credentials shared by every component (DESIGN §5).
+"""TLS material and credentials shared by every component (docs/architecture.md#security).
 
 Generates a small PKI (a CA, server and client certificates) with the ``cryptography`` package —
 used by ``carico certs``, by the tests and by the demo — and turns certificate files into gRPC

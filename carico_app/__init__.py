@@ -3,5 +3,5 @@ of the real services, the manifests and certificates.
 
 It sits on top of everything else and may import any of it: the core (``carico``), the services
 (``agent``, ``aggregator``, ``scheduler_ext``) and the repacking engine (``repack``). Nothing
-imports it back (``make lint`` checks that). See docs/architecture.md.
+imports it back (``make lint`` checks that). See docs/architecture.md#layers.
 """

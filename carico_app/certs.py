@@ -1,4 +1,4 @@
-"""``carico certs``: the mTLS material of a Carico installation (DESIGN §5).
+"""``carico certs``: the mTLS material of a Carico installation (docs/architecture.md#security).
 
 Issues one CA and a certificate per component, using :mod:`carico.tls`:
 

@@ -4,7 +4,8 @@ Reports arrive from the agents' gRPC streams (``grpc_server``); reservations com
 ``ledger``. Every change of a node's report or reservation count recomputes that node's *verdict*:
 ``free[node]`` = avail − reserved and, when it is below the threshold, ``failing[node]`` = the
 human-readable reason. Filter and prioritize then work with set operations and C-level maps over
-these dictionaries instead of per-node Python arithmetic and string formatting (DESIGN §4.2).
+these dictionaries instead of per-node Python arithmetic and string formatting
+(docs/architecture.md#decisions).
 Staleness depends on time: nodes are kept in the order of their last report, so "is anything
 stale?" is one comparison with the oldest, and the stale set is only walked when it is not empty.
 

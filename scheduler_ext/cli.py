@@ -144,7 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pods whose last decisions /api/v1/explain remembers",
     )
 
-    repack = parser.add_argument_group("repacking (DESIGN §4.3)")
+    repack = parser.add_argument_group("repacking (docs/architecture.md#repack-execution)")
     add_env_argument(
         repack,
         "--repack-mode",

@@ -1,4 +1,6 @@
-"""Filter, prioritize and preempt decisions over the capacity table (DESIGN §4.2).
+"""Filter, prioritize and preempt decisions over the capacity table.
+
+Design: docs/architecture.md#decisions.
 
 * filter: a node passes iff avail − reserved ≥ threshold; a failed node gets a reason such as
   ``carico: avail 0.4 - reserved 1 < 1``.

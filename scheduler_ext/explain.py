@@ -1,4 +1,6 @@
-"""The "why" memory: the last filter and prioritize decisions per pod, bounded (DESIGN §4.4).
+"""The "why" memory: the last filter and prioritize decisions per pod, bounded.
+
+Design: docs/architecture.md#observability.
 
 Each entry keeps the encoded decision (the reply bytes when they are small, a names-only summary
 otherwise), so recording costs nothing beyond what the reply already cost and memory is bounded both

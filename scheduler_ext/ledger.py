@@ -2,11 +2,11 @@
 
 Between a bind and the moment the node's agent counts the new pod, the node's reported avail still
 includes the room that pod will take; without a reservation every pod of a burst would be sent to
-the same node (DESIGN §4.2). ``reserve`` checks the capacity and takes the unit under the table's
-lock, so parallel binds never over-reserve. A reservation ends when the pod watch says the pod left
-Pending on that node (Running, Succeeded, Failed), was deleted or went to another node; when the
-bind fails (undone); or after a TTL as a safety net. On start, and whenever the watch has to relist,
-the ledger is reconciled against the pods that are bound and still Pending.
+the same node (docs/architecture.md#reservations). ``reserve`` checks the capacity and takes the
+unit under the table's lock, so parallel binds never over-reserve. A reservation ends when the pod
+watch says the pod left Pending on that node (Running, Succeeded, Failed), was deleted or went to
+another node; when the bind fails (undone); or after a TTL as a safety net. On start, and whenever
+the watch has to relist, the ledger is reconciled against the pods that are bound and still Pending.
 
 Pure logic: times are passed in. Neighbours: ``capacity`` (the counts live there, so verdicts see
 them), ``service`` (bind flow), the cluster implementations (pod events).

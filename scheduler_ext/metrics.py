@@ -1,4 +1,6 @@
-"""Prometheus metrics of the extender, all named ``carico_extender_*`` (DESIGN §4.4).
+"""Prometheus metrics of the extender, all named ``carico_extender_*``.
+
+Design: docs/architecture.md#observability.
 
 Counters and histograms are updated on the request path once per request (never once per node);
 per-node values and the reservation ledger are read at scrape time by a collector, so a node that
@@ -134,8 +136,8 @@ class ExtenderMetrics:
         self.streams = Gauge(
             "carico_extender_capacity_streams", "open agent report streams", registry=r
         )
-        # Repacking fallback (DESIGN §4.3); declared here so every name the shipped dashboards
-        # query exists from the first scrape, before any repack has run.
+        # Repacking (docs/architecture.md#repack-execution); declared here so every name the shipped
+        # dashboards query exists from the first scrape, before any repack has run.
         self.repack_runs = Counter(
             "carico_repack_runs",
             "repack runs by trigger (unschedulable, http) and plan status (OPTIMAL, FEASIBLE, "

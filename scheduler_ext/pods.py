@@ -1,4 +1,6 @@
-"""Which pods Carico leaves alone, and the few facts about a pod the extender keeps (DESIGN §4.2).
+"""Which pods Carico leaves alone, and the few facts about a pod the extender keeps.
+
+Design: docs/architecture.md#decisions.
 
 Pods that must never be blocked by measured capacity pass every decision untouched: DaemonSet pods
 (they belong on every node by design), static/mirror pods (the kubelet runs them whatever the

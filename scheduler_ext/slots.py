@@ -1,9 +1,9 @@
 """Plan slots: the room a repack plan holds on a node for a pod that is yet to be scheduled there.
 
-In apply mode (DESIGN §4.3) a plan moves a pod by evicting it; its controller then creates a
-*replacement* (a new name and uid, the same owner and the same class: requests, priority and node
-constraints), and the extender has to send that replacement to the planned node. A formerly
-pending pod likewise has to land on its planned node. A slot says so:
+In apply mode (docs/architecture.md#repack-execution) a plan moves a pod by evicting it; its
+controller then creates a *replacement* (a new name and uid, the same owner and the same class:
+requests, priority and node constraints), and the extender has to send that replacement to the
+planned node. A formerly pending pod likewise has to land on its planned node. A slot says so:
 
 * a *replacement* slot matches any pod whose controller has ``owner_uid`` and whose class
   signature equals the slot's; a *pending* slot matches the pod with ``pod_uid``; a *hold*

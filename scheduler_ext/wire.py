@@ -1,4 +1,6 @@
-"""The kube-scheduler extender v1 wire types, decoded with msgspec (DESIGN §4.1).
+"""The kube-scheduler extender v1 wire types, decoded with msgspec.
+
+Design: docs/architecture.md#extender-protocol.
 
 The Go types (k8s.io/kube-scheduler/extender/v1) carry no json tags, so the keys are the Go field
 names: ``Pod``, ``Nodes``, ``NodeNames``, ``FailedNodes`` ... Requests always carry both ``Nodes``

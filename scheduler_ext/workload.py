@@ -1,11 +1,11 @@
 """The global model's expected-workload vector, as the agents pass it on with their reports.
 
-The extender takes no decision from it (DESIGN §4.2 uses avail); it keeps it per node so that the
-dashboard can show the typical workload the fleet's k counts in (DESIGN §3.5, §4.4). This module
-validates the ``GlobalWorkload`` part of a ``NodeCapacity`` and builds the ``/api/v1/model`` view:
-the freshest model any node reports, marked stale when the node that carries it is stale or no
-longer merges it. Pure: the clock is passed in. Neighbours: ``capacity`` (stores it in each
-``NodeReport``), ``http_server`` (serves the view).
+The extender takes no decision from it (its decisions use avail: docs/architecture.md#decisions); it
+keeps it per node so that the dashboard can show the typical workload the fleet's k counts in
+(docs/architecture.md#capacity-signal). This module validates the ``GlobalWorkload`` part of a
+``NodeCapacity`` and builds the ``/api/v1/model`` view: the freshest model any node reports, marked
+stale when the node that carries it is stale or no longer merges it. Pure: the clock is passed in.
+Neighbours: ``capacity`` (stores it in each ``NodeReport``), ``http_server`` (serves the view).
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""The time-stepped node and pod model (DESIGN §7): pure, vectorised with numpy, no I/O.
+"""The time-stepped node and pod model: pure, vectorised with numpy, no I/O.
+
+Design: docs/architecture.md#simulator.
 
 The clock is the step counter: ``step()`` advances the whole cluster by ``params.dt`` seconds.
 Per step and per node it computes the runnable CPU demand (threads of running pods, runtime bursts

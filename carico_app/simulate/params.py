@@ -9,7 +9,7 @@ Sources are abbreviated:
   [D]  the CARICO dissertation: §4.2.1 (workload behaviour), §5.1 (cluster), Tables 5.2-5.8.
   [K]  Kubernetes defaults (kube-controller-manager, kube-scheduler, kubelet), as documented for the
        releases current when the dissertation was written (1.30-1.33).
-  [L]  Linux: PSI aggregation on SMP (kernel/sched/psi.c), see DESIGN §3.1.
+  [L]  Linux: PSI aggregation on SMP (kernel/sched/psi.c), see docs/architecture.md#sampling.
   [F]  fitted here: a number the sources do not give, chosen so the default rows reproduce [D];
        docs/simulator.md says how.
 """
@@ -83,14 +83,16 @@ class NodeParams:
 class ModelParams:
     """Everything that shapes a run besides the scenario and the scheduler."""
 
-    dt: float = 0.1  # [DESIGN §7] 100 ms step; telemetry is sampled every step (10 Hz)
+    # [docs/architecture.md#simulator] 100 ms step; telemetry is sampled every step (10 Hz)
+    dt: float = 0.1
     node: NodeParams = field(default_factory=NodeParams)
     # [F] Loss of useful CPU when many CPU-bound processes time-share a core: per running pod
     # beyond one per core, this fraction of the node's throughput goes to switching and cold
     # caches. [D §4.2.1] observed completion times growing with pods per node beyond what
     # utilisation shows and blames exactly this (cache contention, CPU thrashing under Xen).
     contention_overhead: float = 0.14
-    # Bind-to-running latency, uniform [D §2.2.11 cites up to 4 s; DESIGN §7: 1-4 s].
+    # Bind-to-running latency, uniform [D §2.2.11 cites up to 4 s;
+    # docs/architecture.md#simulator: 1-4 s].
     startup_min: float = 1.0
     startup_max: float = 4.0
     # CPU bursts of the runtime at container create and delete [D §4.2.2: spikes last ~200 ms].

@@ -1,7 +1,9 @@
 """The extender's repacker: when to run the engine, on what, and how a plan is carried out.
 
-The engine itself (snapshot, classes, solver, checker, sequencing) is the package ``repack``;
-this package is the glue that runs it inside the extender (docs/architecture.md#repack-execution):
+The engine itself (snapshot, classes, bounds, searches, solver, plan, sequencing, checker) is the
+pure package ``repack``; ``carico repack`` and ``carico repack-bench`` are
+``carico_app.repack_cmd`` and ``carico_app.repack_bench``. This package is the glue that runs the
+engine inside the extender (docs/architecture.md#repack-execution):
 
 * ``trigger`` — when pods stuck Unschedulable call for a run (debounce, cooldown, no rerun);
 * ``live`` — raw API list responses to a snapshot, its fingerprint and a plan (the unit of work of

@@ -1,4 +1,6 @@
-"""Apply mode: carry out a checked Plan's steps in the cluster, safely or not at all (DESIGN §4.3).
+"""Apply mode: carry out a checked Plan's steps in the cluster, safely or not at all.
+
+Design: docs/architecture.md#repack-execution.
 
 ``PlanExecutor.run`` walks the plan's sequenced steps one at a time:
 

@@ -1,8 +1,8 @@
 """Repacking in the cluster: when to solve, solving off the event loop, the last plans, apply mode.
 
-``RepackService`` is the extender's repacker (DESIGN §4.3). A run lists the cluster through
-``fetch`` (raw API list responses), then decodes, parses and solves them in a separate process
-(``live.compute``), so a solve of any size never stalls the filter path. Runs start
+``RepackService`` is the extender's repacker (docs/architecture.md#repack-execution). A run lists
+the cluster through ``fetch`` (raw API list responses), then decodes, parses and solves them in a
+separate process (``live.compute``), so a solve of any size never stalls the filter path. Runs start
 
 * automatically, from the ``Trigger``: pods of the managed schedulers Unschedulable for longer than
   the debounce window, at most once per cooldown, never twice for the same cluster state;

@@ -1,10 +1,10 @@
 """Benchmark: CPU cost of the per-node model pipeline, as a fraction of one core at real time.
 
-One simulated node at 10 Hz for 600 simulated seconds (DESIGN §3): the Dynamic EMA on every
-sample; every second the local model update (half-life 30 s), the merge with a global model
-(weights N−1, 1), the capacity signal and the cost/capacity estimator. Telemetry is generated
-before timing. The CPU time (``time.process_time``) divided by the simulated seconds is the share
-of one core the pipeline needs when it runs in real time; the target is ≤ 0.2 %.
+One simulated node at 10 Hz for 600 simulated seconds (docs/architecture.md#data-flow): the Dynamic
+EMA on every sample; every second the local model update (half-life 30 s), the merge with a global
+model (weights N−1, 1), the capacity signal and the cost/capacity estimator. Telemetry is generated
+before timing. The CPU time (``time.process_time``) divided by the simulated seconds is the share of
+one core the pipeline needs when it runs in real time; the target is ≤ 0.2 %.
 
 The baseline, measured in the same run, is the same loop doing only what any agent must do anyway:
 copy each sample out of the telemetry array into the batch and hand the batch on every second.

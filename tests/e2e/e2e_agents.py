@@ -283,10 +283,10 @@ def warm_up(
     """Step real pods through every node (``WARM_STEPS``) until each agent has learned the
     model's per-pod cost, then empty the nodes and wait for the idle avail.
 
-    The estimator learns the cost only across a change of the pod count with settled windows on
-    both sides and pods on both sides (DESIGN §3.6); its first differenced measurement, far from
-    the configured prior, is gated out, the second is taken. Fails with the agents' figures if
-    they do not learn.
+    The estimator learns the cost only across a change of the pod count with settled windows on both
+    sides and pods on both sides (docs/architecture.md#cost-and-capacity); its first differenced
+    measurement, far from the configured prior, is gated out, the second is taken. Fails with the
+    agents' figures if they do not learn.
     """
     core = kubernetes.client.CoreV1Api(api_client)
     ns = f"carico-warmup-{uuid.uuid4().hex[:6]}"

@@ -86,7 +86,8 @@ class PodLoadModel:
         )
 
     def features(self, pods: int) -> tuple[float, float]:
-        """The agent's default features (cpu, memory) for ``pods`` running (DESIGN §3.1)."""
+        """The agent's default features (cpu, memory) for ``pods`` running
+        (docs/architecture.md#sampling)."""
         t = self.telemetry(pods)
         return (t.util + t.psi_cpu_some) / 2.0, t.mem_used
 

@@ -1,4 +1,6 @@
-"""The Carico extender behind the real kube-scheduler, binding through the real API (DESIGN §6).
+"""The Carico extender behind the real kube-scheduler, binding through the real API.
+
+Design: docs/architecture.md#testing.
 
 Capacity comes from the session's real node agents (``carico agent``, one per node: e2e_agents.py),
 which sample a fake procfs written from the pods the fake kubelet runs (fake_procfs.py) and count

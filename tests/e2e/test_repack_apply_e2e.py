@@ -1,4 +1,4 @@
-"""Repack apply mode on the real control plane (DESIGN §4.3, §6).
+"""Repack apply mode on the real control plane (docs/architecture.md#repack-execution).
 
 Three nodes of 1000m / 2Gi (a fake kubelet of their own, labelled as this test's pool) carry the
 fragmentation article's nine ReplicaSet pods; a tenth ReplicaSet's 300m / 600Mi pod fits no node

@@ -1,4 +1,6 @@
-"""Repacking on the real control plane, dry-run (DESIGN §4.3): the fragmentation article's example.
+"""Repacking on the real control plane, dry-run: the fragmentation article's example.
+
+Design: docs/architecture.md#repack-execution.
 
 Three extra nodes of 1000m / 2 GB (a second fake kubelet, labelled as a pool) carry nine
 ReplicaSet pods laid out as in the article: 600m and 1200 MB free in total, but no node with both

@@ -1,4 +1,7 @@
-"""Filter, prioritize and preempt rules, exemptions and the stale-data policy (DESIGN §4.2)."""
+"""Filter, prioritize and preempt rules, exemptions and the stale-data policy.
+
+Design: docs/architecture.md#decisions.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""DynamicEMA: the acceptance cases of DESIGN §3.2 and agreement with a scalar reference.
+"""DynamicEMA: the acceptance cases of docs/architecture.md#testing and agreement with a scalar
+reference.
 
 Every behavioural test runs on both paths of the filter (``scalar=False``: vectorised numpy;
 ``scalar=True``: plain Python per dimension), and a property test checks that the two paths give
@@ -32,7 +33,8 @@ def run(samples: list[float] | np.ndarray, scalar: bool, **params: float) -> np.
 
 
 def reference(samples: list[float]) -> list[float]:
-    """DESIGN §3.2 written out literally for one feature, as an independent check of the class."""
+    """The rules of docs/architecture.md#dynamic-ema written out literally for one feature, as an
+    independent check of the class."""
     m = math.nan
     c, sign, fast = 0, 0.0, False
     raw: list[float] = []
@@ -71,7 +73,7 @@ def reference(samples: list[float]) -> list[float]:
     return out
 
 
-# -- DESIGN §3.2 acceptance ----------------------------------------------------------------------
+# -- acceptance (docs/architecture.md#testing) -----------------------------------------------------
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

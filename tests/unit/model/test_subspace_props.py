@@ -106,7 +106,8 @@ def test_truncated_updates_equal_numpy_truncation_at_every_step(
 @settings(max_examples=40, deadline=None, derandomize=True)
 @given(dims.flatmap(lambda d: batches(d, st.integers(2, 60))))
 def test_sequential_merges_give_the_equal_weight_mean_of_all_nodes(ys: list[np.ndarray]) -> None:
-    """Merging node N with weights (N−1, 1), N = 2..n, is the mean over nodes (DESIGN §3.4)."""
+    """Merging node N with weights (N−1, 1), N = 2..n, is the mean over nodes
+    (docs/architecture.md#aggregation)."""
     models = [SubspaceModel.from_batch(y) for y in ys]
     moments = [batch_moment(y) for y in ys]
     merged = models[0]
