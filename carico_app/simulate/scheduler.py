@@ -46,7 +46,7 @@ class Scheduler(Protocol):
 
 
 class Extender(Protocol):
-    """kube-scheduler's extender calls (DESIGN §4.1) on node names; what Carico plugs in."""
+    """kube-scheduler's extender calls (docs/architecture.md#extender-protocol) on node names."""
 
     weight: int
 
