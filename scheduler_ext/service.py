@@ -26,7 +26,7 @@ from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
-from scheduler_ext.ledger import Ledger, PodState, StaleData
+from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
 from scheduler_ext.slots import SlotKind, SlotTable
@@ -327,6 +327,7 @@ class ExtenderService:
         nc = self._node_count
         # A pod bound into a plan slot takes over the slot's unit: no second capacity check.
         slot = self.slots.claim(facts, args.Node) if self.slots else None
+        result: ReserveResult | None = None
         if exempt is None:
             result = self.ledger.reserve(facts, args.Node, self.clock(), check=slot is None)
             if result.stale:
@@ -341,9 +342,10 @@ class ExtenderService:
         try:
             await self.cluster.bind(facts, args.Node)
         except Exception as exc:
-            # Any failure, expected or not, must give the unit back and reach the scheduler.
-            if exempt is None:
-                self.ledger.undo(facts, args.Node)
+            # Any failure, expected or not, must give back what this call took (and only that:
+            # a refused duplicate must not free the first bind's unit) and reach the scheduler.
+            if result is not None:
+                self.ledger.undo(result)
             if slot is not None:
                 self.slots.unclaim(slot)
             if not isinstance(exc, BindError):
