@@ -54,13 +54,25 @@ class Settings:
     explain_bytes: int = 64 << 20
 
 
-def _decode(decoder: Callable[[bytes], object], body: bytes) -> object:
+def _decode(decoder: Callable[[bytes], object], body: bytes, what: str = "") -> object:
+    """``decoder(body)``, every way it can fail on a client's bytes turned into a BadRequest.
+
+    msgspec decodes ignored fields too, recursively, so any nesting deeper than Python's
+    recursion limit allows raises RecursionError, and a string that is not UTF-8 raises
+    UnicodeDecodeError; both are the client's fault (docs/architecture.md#extender-protocol).
+    """
     try:
         return decoder(body)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"request does not match the extender v1 types: {exc}") from exc
+        raise BadRequest(f"request does not match the extender v1 types: {what}{exc}") from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from exc
+        raise BadRequest(f"malformed JSON: {what}{exc}") from exc
+    except RecursionError:
+        raise BadRequest(f"malformed JSON: {what}nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"malformed JSON: {what}a string is not valid UTF-8 ({exc.reason})"
+        ) from None
 
 
 @dataclass
@@ -154,12 +166,7 @@ class ExtenderService:
             recent.popitem(last=False)
 
     def _names(self, raw: bytes) -> list[str]:
-        try:
-            names = wire.decode_names(raw)
-        except msgspec.ValidationError as exc:
-            raise BadRequest(
-                f"request does not match the extender v1 types: NodeNames: {exc}"
-            ) from exc
+        names = _decode(wire.decode_names, raw, "NodeNames: ")
         assert isinstance(names, list)
         return names
 

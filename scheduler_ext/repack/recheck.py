@@ -171,6 +171,6 @@ def request_signature(body: bytes) -> Signature | None:
         doc = json.loads(body)
         raw = doc.get("Pod") if isinstance(doc, dict) else None
         pod = parse_pod(raw, frozenset()) if isinstance(raw, dict) else None
-    except (ValueError, SnapshotError):
+    except (ValueError, RecursionError, SnapshotError):
         return None
     return pod_signature(pod) if pod is not None else None
