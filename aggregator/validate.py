@@ -23,13 +23,13 @@ from typing import NamedTuple
 
 import numpy as np
 
+from carico.names import MAX_SUBDOMAIN, SUBDOMAIN, subdomain_problem
 from carico.subspace import MAX_DIMS, ORTHONORMAL_ATOL
 from protos.carico.v1 import aggregator_pb2
 
-# Kubernetes node names are DNS-1123 subdomains: lower-case alphanumerics, '-' and '.', at most
-# 253 characters, each dot-separated label starting and ending with an alphanumeric.
-MAX_NODE_NAME = 253
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes node names are DNS-1123 subdomains (carico.names).
+MAX_NODE_NAME = MAX_SUBDOMAIN
+_NODE_NAME = SUBDOMAIN
 MAX_FEATURE_NAME = 63
 _FEATURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
 # A child aggregator stands for at most this many nodes: far above any real fleet, low enough that
@@ -68,15 +68,9 @@ class NodeEntry(NamedTuple):
 
 
 def check_node_name(node: str, what: str = "node name") -> None:
-    if not node:
-        raise ValidationError(f"{what} is empty")
-    if len(node) > MAX_NODE_NAME:
-        raise ValidationError(f"{what} is {len(node)} characters long (at most {MAX_NODE_NAME})")
-    if _NODE_NAME.fullmatch(node) is None:
-        raise ValidationError(
-            f"{what} {node[:64]!r} is not a DNS-1123 subdomain "
-            "(lower-case letters, digits, '-' and '.', starting and ending alphanumeric)"
-        )
+    problem = subdomain_problem(node, what)
+    if problem is not None:
+        raise ValidationError(problem)
 
 
 def check_feature_names(names: Sequence[str], d: int) -> tuple[str, ...]:

@@ -117,6 +117,8 @@ class Ledger:
                 return ReserveResult(
                     False, f"carico: pod {facts.key} is already bound to node {current.node}"
                 )
+            if not self.table.can_track(node):
+                return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
             if check:
                 free = self.table.free.get(node)

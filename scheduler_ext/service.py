@@ -13,22 +13,23 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 
+from carico.names import label_problem, subdomain_problem, subdomains_problem, uid_problem
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
-from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
+from scheduler_ext.capacity import DEFAULT_MAX_NODES, CapacityTable, Ingest, Thresholds
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
-from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
+from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
 from scheduler_ext.slots import SlotKind, SlotTable
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class Settings:
     forget_after: float = 3600.0  # nodes silent this long are dropped (deleted nodes)
     explain_pods: int = 1024
     explain_bytes: int = 64 << 20
+    max_nodes: int = DEFAULT_MAX_NODES
 
 
 def _decode(decoder: Callable[[bytes], object], body: bytes, what: str = "") -> object:
@@ -73,6 +75,12 @@ def _decode(decoder: Callable[[bytes], object], body: bytes, what: str = "") -> 
         raise BadRequest(
             f"malformed JSON: {what}a string is not valid UTF-8 ({exc.reason})"
         ) from None
+
+
+def _check_pod(facts: PodFacts) -> None:
+    problem = facts_problem(facts)
+    if problem is not None:
+        raise BadRequest(problem)
 
 
 @dataclass
@@ -107,7 +115,9 @@ class ExtenderService:
         self.clock = clock
         self.wall = wall
         self.started = clock()
-        self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
+        self.table = CapacityTable(
+            Thresholds(settings.threshold, settings.stale_after), settings.max_nodes
+        )
         exemptions = ExemptionPolicy(settings.excluded_namespaces, settings.managed_schedulers)
         self.ledger = Ledger(
             self.table,
@@ -168,7 +178,14 @@ class ExtenderService:
     def _names(self, raw: bytes) -> list[str]:
         names = _decode(wire.decode_names, raw, "NodeNames: ")
         assert isinstance(names, list)
+        self._check_nodes(names)
         return names
+
+    def _check_nodes(self, names: Iterable[str]) -> None:
+        # Names with a report passed the same rule at ingest: a lookup instead of the pattern.
+        problem = subdomains_problem(names, "node name", self.table.free)
+        if problem is not None:
+            raise BadRequest(problem)
 
     def _args(self, body: bytes) -> tuple[PodFacts, Candidates, bool]:
         args = _decode(wire.decode_args_raw_names, body)
@@ -178,11 +195,13 @@ class ExtenderService:
         facts = facts_from_wire(args.Pod)
         if not facts.name:
             raise BadRequest("Pod has no metadata.name")
+        _check_pod(facts)
         raw = bytes(args.NodeNames)
         if raw != b"null":
             return facts, self.decider.candidates(raw, self._names), True
         if args.Nodes is not None:
             names = [item.metadata.name if item.metadata else "" for item in args.Nodes.items or ()]
+            self._check_nodes(names)
             return facts, Candidates(names), False
         raise BadRequest("neither Nodes nor NodeNames is set")
 
@@ -293,6 +312,8 @@ class ExtenderService:
         if args.Pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderPreemptionArgs with a Pod")
         facts = facts_from_wire(args.Pod)
+        _check_pod(facts)
+        self._check_nodes(args.NodeNameToMetaVictims or args.NodeNameToVictims or ())
         victims: dict[str, wire.MetaVictims] = {}
         if args.NodeNameToMetaVictims is not None:
             victims = {
@@ -323,6 +344,14 @@ class ExtenderService:
         missing = [k for k in ("PodName", "PodNamespace", "Node") if not getattr(args, k)]
         if missing:
             raise BadRequest(f"binding args lack {', '.join(missing)}")
+        problem = (
+            subdomain_problem(args.PodName, "PodName")
+            or label_problem(args.PodNamespace, "PodNamespace")
+            or uid_problem(args.PodUID, "PodUID")
+            or subdomain_problem(args.Node, "Node")
+        )
+        if problem is not None:
+            raise BadRequest(problem)
         key = f"{args.PodNamespace}/{args.PodName}"
         known = self._recent.get(key)
         facts = (
