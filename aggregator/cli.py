@@ -156,7 +156,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         type=Path,
         metavar="PATH",
-        help="file to save the node models to and restore them from on start; unset: none",
+        help="file to save the node models to and restore them from on start (the models "
+        "accepted since the last save are journaled beside it, PATH.journal.N); unset: none",
     )
     add_env_argument(
         ckpt,

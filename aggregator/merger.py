@@ -231,7 +231,7 @@ class Merger:
                 # Validated by the worker; the store decides (and the service counts) whether it
                 # is accepted or stale.
                 with contextlib.suppress(ExchangeRefused):
-                    exchange(parse(raw), True)
+                    exchange(parse(raw), True, raw)
         elif kind == "ask":
             _, call, raw = message
             try:
@@ -240,7 +240,7 @@ class Merger:
                     call,
                     None,
                     "",
-                    self.service.exchange(self._parse(raw)),
+                    self.service.exchange(self._parse(raw), raw=raw),
                 )
             except ExchangeRefused as exc:
                 answer = ("answer", call, exc.outcome, str(exc), b"")
