@@ -324,7 +324,7 @@ class Merger:
             store.feature_names is None
             or len(store) + ASK_HEADROOM >= self.service.config.max_senders
         )
-        return (self.service.reply, store.feature_names, ask)
+        return (self.service.reply, store.feature_names, ask, self.service.cost_band)
 
     def _publish(self) -> None:
         state = self._state()

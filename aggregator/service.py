@@ -30,7 +30,16 @@ from aggregator import checkpoint, journal
 from aggregator.journal import Journal
 from aggregator.metrics import AggregatorMetrics
 from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
-from aggregator.validate import ValidationError, checked_entry, validate_local_model
+from aggregator.validate import (
+    LEAVES_ONLY,
+    CostBand,
+    SenderPolicy,
+    ValidationError,
+    check_claim,
+    checked_entry,
+    cost_band,
+    validate_local_model,
+)
 from aggregator.wire import global_message
 from protos.carico.v1 import aggregator_pb2
 
@@ -49,6 +58,7 @@ class AggregatorConfig:
     max_senders: int = 100_000
     checkpoint_path: Path | None = None
     checkpoint_interval: float = 30.0
+    policy: SenderPolicy = LEAVES_ONLY  # who may stand for more than one node
 
 
 class ExchangeRefused(Exception):
@@ -92,6 +102,7 @@ class AggregatorService:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._journal: Journal | None = None  # opened by ``restore``
+        self._band: CostBand = None  # the costs the fleet accepts (from the last recompute)
         self._journal_failing = False
         # Called with every new serialised reply (a multi-process aggregator publishes it).
         self.on_reply: Callable[[bytes], None] | None = None
@@ -115,7 +126,9 @@ class AggregatorService:
             if checked:
                 entry, names = checked_entry(request, now)
             else:
-                entry, names = validate_local_model(request, store.feature_names, now, store.known)
+                entry, names = validate_local_model(
+                    request, store.feature_names, now, store.known, self.config.policy, self._band
+                )
             learning = store.feature_names is None
             outcome = store.offer(entry, names, self.config.max_senders)
             if learning:
@@ -142,6 +155,11 @@ class AggregatorService:
         return self.exchange(request, raw=raw)
 
     @property
+    def cost_band(self) -> CostBand:
+        """The per-pod costs the fleet accepts now (None while its median is not known)."""
+        return self._band
+
+    @property
     def reply(self) -> bytes:
         """The serialised ``GlobalModel`` every caller gets right now."""
         return self._reply
@@ -162,7 +180,12 @@ class AggregatorService:
     def recompute(self) -> None:
         """Recompute the global model from the store and refresh the cached reply."""
         now = self.clock()
-        self._local = self.store.compute(now)
+        self._local = local = self.store.compute(now)
+        self._band = (
+            cost_band(local.median_per_pod_cost, local.nodes_with_cost)
+            if local is not None
+            else None
+        )
         self.metrics.recomputes.inc()
         self.metrics.senders.set(len(self.store))
         self.metrics.nodes_contributing.set(
@@ -249,7 +272,17 @@ class AggregatorService:
                 extra={"path": str(path), "features": list(names)},
             )
             return 0
-        kept = self.store.restore(entries, names, self.clock())
+        claimed = []
+        for entry in entries:
+            try:
+                check_claim(entry.node, entry.weight, self.config.policy)
+            except ValidationError as exc:
+                log.warning(
+                    "checkpoint entry skipped", extra={"path": str(path), "error": _cut(exc)}
+                )
+                continue
+            claimed.append(entry)
+        kept = self.store.restore(claimed, names, self.clock())
         log.info("checkpoint restored", extra={"path": str(path), "entries": kept})
         return kept
 
@@ -269,7 +302,9 @@ class AggregatorService:
                 continue
             try:
                 message = aggregator_pb2.LocalModel.FromString(raw)
-                entry, names = validate_local_model(message, store.feature_names, received_at)
+                entry, names = validate_local_model(
+                    message, store.feature_names, received_at, (), self.config.policy
+                )
                 if store.offer(entry, names) == OUTCOME_ACCEPTED:
                     nodes.add(entry.node)
             except (DecodeError, ValidationError):

@@ -137,6 +137,7 @@ async def start_aggregator() -> AsyncIterator[Start]:
                     max_message_bytes=max_message_bytes,
                     report_interval=0.02,
                     event_loop="uvloop",  # the command's default
+                    policy=service.config.policy,
                 ),
             )
             result = Running(service, None, await merger.start(), merger)
