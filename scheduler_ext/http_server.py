@@ -44,6 +44,7 @@ from scheduler_ext.repack.service import (
     parse_run_request,
 )
 from scheduler_ext.service import BadRequest, ExtenderService
+from scheduler_ext.wire import Body
 from scheduler_ext.workload import model_view
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def build_app(
     app[BUDGET] = budget
 
     def verb_handler(
-        verb: str, call: Callable[[bytes], bytes | Awaitable[bytes]]
+        verb: str, call: Callable[[Body], bytes | Awaitable[bytes]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         observe = latency[verb].observe
 
@@ -181,16 +182,26 @@ def build_app(
     app.router.add_get("/api/v1/reservations", reservations)
     app.router.add_get("/api/v1/explain", explain)
 
-    async def history(_: web.Request) -> web.Response:
+    async def history(request: web.Request) -> web.StreamResponse:
         settings = service.settings
-        body = {
-            "now": service.wall(),
-            "stale_after_seconds": settings.stale_after,
-            "stale_policy": settings.stale_policy.value,
-            "threshold": settings.threshold,
-            "nodes": service.history.view(),
-        }
-        return web.Response(body=msgspec.json.encode(body), content_type=JSON)
+        head = msgspec.json.encode(
+            {
+                "now": service.wall(),
+                "stale_after_seconds": settings.stale_after,
+                "stale_policy": settings.stale_policy.value,
+                "threshold": settings.threshold,
+            }
+        )
+        # Streamed a few nodes at a time, so that what one request holds stays small whatever
+        # the number of nodes (docs/architecture.md#observability).
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        await response.prepare(request)
+        await response.write(head[:-1] + b',"nodes":{')
+        for i, chunk in enumerate(service.history.json_chunks()):
+            await response.write(b"," + chunk if i else chunk)
+        await response.write(b"}}")
+        await response.write_eof()
+        return response
 
     async def model(_: web.Request) -> web.Response:
         table = service.table

@@ -31,6 +31,7 @@ from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
 from scheduler_ext.slots import SlotKind, SlotTable
+from scheduler_ext.wire import Body
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Settings:
     max_nodes: int = DEFAULT_MAX_NODES
 
 
-def _decode(decoder: Callable[[bytes], object], body: bytes, what: str = "") -> object:
+def _decode(decoder: Callable[[Body], object], body: Body, what: str = "") -> object:
     """``decoder(body)``, every way it can fail on a client's bytes turned into a BadRequest.
 
     msgspec decodes ignored fields too, recursively, so any nesting deeper than Python's
@@ -187,7 +188,7 @@ class ExtenderService:
         if problem is not None:
             raise BadRequest(problem)
 
-    def _args(self, body: bytes) -> tuple[PodFacts, Candidates, bool]:
+    def _args(self, body: Body) -> tuple[PodFacts, Candidates, bool]:
         args = _decode(wire.decode_args_raw_names, body)
         assert isinstance(args, wire.ExtenderArgsRawNames)
         if args.Pod is None:
@@ -207,7 +208,7 @@ class ExtenderService:
 
     # -- verbs -----------------------------------------------------------------------------
 
-    def filter(self, body: bytes) -> bytes:
+    def filter(self, body: Body) -> bytes:
         facts, cands, cache_capable = self._args(body)
         names = cands.names
         self._remember(facts)
@@ -263,7 +264,7 @@ class ExtenderService:
                 self._stale("filter", d.stale, d.missing)
         return reply
 
-    def _slot_filter(self, facts: PodFacts, body: bytes, names: list[str]) -> FilterDecision | None:
+    def _slot_filter(self, facts: PodFacts, body: Body, names: list[str]) -> FilterDecision | None:
         """A pod held by repack plan slots passes only their nodes (None: the pod has none)."""
         maybe = self.slots.candidates(facts)
         if not maybe:
@@ -292,7 +293,7 @@ class ExtenderService:
             and now - self.started < self.table.thresholds.stale_after
         )
 
-    def prioritize(self, body: bytes) -> bytes:
+    def prioritize(self, body: Body) -> bytes:
         facts, cands, _ = self._args(body)
         names = cands.names
         self._remember(facts)
@@ -306,7 +307,7 @@ class ExtenderService:
                 self._stale("prioritize", d.stale, d.missing)
         return reply
 
-    def preempt(self, body: bytes) -> bytes:
+    def preempt(self, body: Body) -> bytes:
         args = _decode(wire.decode_preemption, body)
         assert isinstance(args, wire.ExtenderPreemptionArgs)
         if args.Pod is None:
@@ -338,7 +339,7 @@ class ExtenderService:
             self._stale("preempt", d.stale, d.missing)
         return wire.encode(wire.PreemptionResult(d.kept))
 
-    async def bind(self, body: bytes) -> bytes:
+    async def bind(self, body: Body) -> bytes:
         args = _decode(wire.decode_binding, body)
         assert isinstance(args, wire.ExtenderBindingArgs)
         missing = [k for k in ("PodName", "PodNamespace", "Node") if not getattr(args, k)]

@@ -161,7 +161,7 @@ def landed(
     return None
 
 
-def request_signature(body: bytes) -> Signature | None:
+def request_signature(body: bytes | bytearray) -> Signature | None:
     """The class signature of the pod in an extender filter request (None if unreadable).
 
     Called only for a pod whose controller holds a replacement slot, so the full decode of the

@@ -187,7 +187,7 @@ class RunRequest:
 MAX_REQUEST_BYTES = 4096
 
 
-def parse_run_request(body: bytes, max_time_limit: float) -> RunRequest:
+def parse_run_request(body: bytes | bytearray, max_time_limit: float) -> RunRequest:
     """``{"time_limit": seconds, "dry_run": bool}``, both optional; an empty body is ``{}``.
 
     Raises ValueError with a message fit for an HTTP 400."""
