@@ -8,10 +8,11 @@ as MB above the server's own idle baseline measured at the start of the same run
 bound docs/operations.md states ("Hostile input, limits and crashes").
 
 Extender phases: filters of distinct pods with the longest names Kubernetes allows (the
-remembered pods and the explain memory fill up), filters and binds with names of 1 MiB (refused),
-distinct candidate lists of 60,000 short names (the list cache), gzip bodies that inflate to
-256 MiB, uploads of 60 MiB that never finish (the body budget), capacity reports for ever new
-node names over gRPC (--max-nodes) and the views of all of them. Aggregator phases: a model
+remembered pods fill up), filters and binds with names of 1 MiB (refused), distinct candidate
+lists of 60,000 short names (the list cache), gzip bodies that inflate to 256 MiB, uploads of
+60 MiB that never finish (the body budget), capacity reports for ever new node names over gRPC
+(--max-nodes), filters over 5,000 of those nodes (the explain memory fills up to its byte bound)
+and the views of all of them. Aggregator phases: a model
 claiming a million nodes with 100,000 costs of 1e6, messages of 64 MiB (refused by gRPC from their
 length), and models from ever new senders up to --max-senders.
 
@@ -267,6 +268,19 @@ async def extender(args: argparse.Namespace) -> None:
                 return f"{summary.accepted} in, {summary.rejected} out"
 
             await report.phase(f"{args.fake_nodes} reports naming new nodes (gRPC)", fake_nodes)
+
+            async def big_decisions() -> Counter[int]:
+                reported = [f"fake-{i:06d}." + "z" * 240 for i in range(5000)]
+                bodies = [
+                    (
+                        "/scheduler/filter",
+                        json.dumps({"Pod": _pod(f"big-{i}"), "NodeNames": reported}).encode(),
+                    )
+                    for i in range(200)
+                ]
+                return await many(bodies, parallel=4)
+
+            await report.phase("200 filters of distinct pods over 5,000 of them", big_decisions)
 
             async def views() -> Counter[int]:
                 await asyncio.sleep(2.5)  # a couple of sweeps fill each node's history
