@@ -5,9 +5,16 @@ The file is JSON (small: a few hundred bytes per node), written atomically — a
 the same directory, fsync, rename over the old one, fsync of the directory — so a crash mid-write
 leaves the previous checkpoint intact. Loading re-validates every entry with the same checks as
 ``Exchange``: a damaged or tampered file can cost the saved state, never poison the model. A file
-that cannot be read or parsed raises :class:`CheckpointError`, which the caller logs and ignores.
+that cannot be read or parsed raises :class:`CheckpointError`, whatever its shape (nesting past
+the parser's recursion limit, numbers no float can hold, ...), which the caller logs and ignores;
+an entry that cannot be used is skipped with a reason. A kill during a write leaves the temporary
+file behind: :func:`remove_orphans` deletes those at start.
 
-Neighbours: ``store`` holds the entries, ``service`` decides when to save and load.
+What the checkpoint has not saved yet is in the ``journal`` beside it
+(docs/architecture.md#failure-behaviour).
+
+Neighbours: ``store`` holds the entries, ``service`` decides when to save and load, ``journal``
+keeps what came in since.
 """
 
 from __future__ import annotations
@@ -62,11 +69,15 @@ def encode(feature_names: tuple[str, ...] | None, entries: list[NodeEntry], now:
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so that readers see either the old or the new file."""
     directory = path.parent
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp_name = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as tmp:
             tmp.write(data)
@@ -81,6 +92,18 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)  # make the rename itself durable
     finally:
         os.close(dir_fd)
+
+
+def remove_orphans(path: Path) -> list[str]:
+    """Delete the temporary files a write of ``path`` left when it was killed; their names."""
+    removed = []
+    for orphan in path.parent.glob(f"{_tmp_prefix(path)}*.tmp"):
+        try:
+            orphan.unlink()
+        except OSError:
+            continue
+        removed.append(orphan.name)
+    return removed
 
 
 def _float(value: Any, what: str) -> float:
@@ -139,6 +162,8 @@ def decode(data: bytes) -> tuple[tuple[str, ...] | None, list[NodeEntry], list[s
         doc = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise CheckpointError("not valid JSON: nested too deeply") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError("not a Carico aggregator checkpoint")
     if doc.get("version") != FORMAT_VERSION:
@@ -161,6 +186,8 @@ def decode(data: bytes) -> tuple[tuple[str, ...] | None, list[NodeEntry], list[s
             entries.append(_entry(raw, len(names)))
         except ValidationError as exc:
             skipped.append(f"entry {index}: {exc}")
+        except (ValueError, TypeError, OverflowError) as exc:  # 10**400 is JSON, no float
+            skipped.append(f"entry {index}: unusable ({type(exc).__name__}: {str(exc)[:100]})")
     return names, entries, skipped
 
 

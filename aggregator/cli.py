@@ -33,7 +33,14 @@ from aggregator.grpc_server import (
 from aggregator.merger import Merger
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import AggregatorConfig, AggregatorService
-from aggregator.validate import ValidationError, check_feature_names, check_node_name
+from aggregator.validate import (
+    DEFAULT_MAX_CHILD_WEIGHT,
+    MAX_WEIGHT,
+    SenderPolicy,
+    ValidationError,
+    check_feature_names,
+    check_node_name,
+)
 from aggregator.worker import WorkerConfig
 from carico.cliargs import (
     EVENT_LOOPS,
@@ -57,6 +64,23 @@ def _features(text: str) -> tuple[str, ...] | None:
         return check_feature_names(names, len(names))
     except ValidationError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _children(text: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    for name in names:
+        try:
+            check_node_name(name, "--children name")
+        except ValidationError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+    return names
+
+
+def _child_weight(text: str) -> int:
+    weight = positive_int(text)
+    if weight > MAX_WEIGHT:
+        raise argparse.ArgumentTypeError(f"at most {MAX_WEIGHT}")
+    return weight
 
 
 def _host_port(text: str) -> tuple[str, int]:
@@ -135,6 +159,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_env_argument(
         arg,
+        "--children",
+        default=None,
+        type=_children,
+        metavar="NAME,NAME,...",
+        help="the child aggregators (their --name) that may stand for more than one node; every "
+        "other sender is one node, and a model claiming more is refused",
+    )
+    add_env_argument(
+        arg,
+        "--max-child-weight",
+        default=DEFAULT_MAX_CHILD_WEIGHT,
+        type=_child_weight,
+        help="nodes one child aggregator may stand for at most (its model's weight)",
+    )
+    add_env_argument(
+        arg,
         "--max-message-bytes",
         default=DEFAULT_MAX_MESSAGE_BYTES,
         type=positive_int,
@@ -156,7 +196,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         type=Path,
         metavar="PATH",
-        help="file to save the node models to and restore them from on start; unset: none",
+        help="file to save the node models to and restore them from on start (the models "
+        "accepted since the last save are journaled beside it, PATH.journal.N); unset: none",
     )
     add_env_argument(
         ckpt,
@@ -233,6 +274,7 @@ def _check(args: argparse.Namespace) -> str | None:
 async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
     """Run until ``stop`` is set."""
     metrics = AggregatorMetrics()
+    policy = SenderPolicy(args.children or frozenset(), args.max_child_weight)
     service = AggregatorService(
         AggregatorConfig(
             name=args.name,
@@ -242,6 +284,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
             max_senders=args.max_senders,
             checkpoint_path=args.checkpoint,
             checkpoint_interval=args.checkpoint_interval,
+            policy=policy,
         ),
         metrics,
     )
@@ -265,6 +308,7 @@ async def serve(args: argparse.Namespace, stop: asyncio.Event) -> int:
                     log_level=args.log_level,
                     log_format=args.log_format,
                     event_loop=args.event_loop,
+                    policy=policy,
                 ),
             )
             port = await merger.start()

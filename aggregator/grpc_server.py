@@ -12,7 +12,14 @@ The methods are registered by hand instead of through the generated servicer so 
 goes out as the service's cached, already serialised bytes (no per-call serialisation) and so that
 a request that does not even parse is answered ``INVALID_ARGUMENT`` like any other bad model.
 Oversized messages are refused by gRPC itself (``RESOURCE_EXHAUSTED``, which also ends a stream)
-through ``grpc.max_receive_message_length``. Stopping (:func:`stop_grpc_server`) ends the open
+through ``grpc.max_receive_message_length``, as soon as their length prefix arrives, so they are
+never buffered. No handler sees them, so ``Exchange`` is registered as a stream-unary method: it
+reads its one request itself, and a call that ends before its request arrived is counted as
+outcome ``too_large`` (the only other way to get there is a client that cancels before sending,
+which a unary client cannot do but within the round trip). A stream counts the same when it ends
+before its first message; a refusal later on a stream looks, to the server, exactly like the
+client cancelling it (gRPC tells the handler neither) and is not counted
+(docs/architecture.md#failure-behaviour). Stopping (:func:`stop_grpc_server`) ends the open
 streams at once with ``UNAVAILABLE``, their agents open new ones, while unary calls in flight get
 the grace period.
 
@@ -110,10 +117,30 @@ def _exchange_one(front: ExchangeFront) -> Callable[[bytes, ExchangeContext], Aw
     return one
 
 
-def exchange_handler(front: ExchangeFront) -> grpc.RpcMethodHandler:
+def _refused_too_large(front: ExchangeFront, max_message_bytes: int) -> str:
+    front.metrics.exchanges["too_large"] += 1
+    return (
+        f"no message arrived: larger than the limit of {max_message_bytes} bytes "
+        "(--max-message-bytes), or the call was cancelled"
+    )
+
+
+def exchange_handler(
+    front: ExchangeFront, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> grpc.RpcMethodHandler:
     """``Exchange``: one model in, the serialised global model out."""
+    one = _exchange_one(front)
+    read_eof = grpc.aio.EOF
+
+    async def exchange(_: object, context: grpc.aio.ServicerContext) -> bytes:
+        request = await context.read()
+        if request is read_eof:  # gRPC refused it: the status has gone out already
+            why = _refused_too_large(front, max_message_bytes)
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+        return await one(request, context)
+
     # No (de)serialisers: the handler parses the request itself and returns ready-made bytes.
-    return grpc.unary_unary_rpc_method_handler(_exchange_one(front))
+    return grpc.stream_unary_rpc_method_handler(exchange)
 
 
 _STOPPING = "the aggregator is stopping"
@@ -138,7 +165,11 @@ class OpenStreams:
             task.cancel(_STOPPING)
 
 
-def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.RpcMethodHandler:
+def exchange_stream_handler(
+    front: ExchangeFront,
+    streams: OpenStreams,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> grpc.RpcMethodHandler:
     """``ExchangeStream``: every message read is answered by exactly one reply, in order.
 
     A refused message ends the stream with the status ``Exchange`` would have answered (the
@@ -153,6 +184,7 @@ def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.
         task = asyncio.current_task()
         assert task is not None
         metrics.streams += 1
+        first = True
         try:
             while not streams.closing:
                 waiting.add(task)
@@ -161,7 +193,10 @@ def exchange_stream_handler(front: ExchangeFront, streams: OpenStreams) -> grpc.
                 finally:
                     waiting.discard(task)
                 if request is read_eof:
-                    return  # the agent closed its side: end with OK
+                    if first:  # gRPC refused the first message (see the module docstring)
+                        _refused_too_large(front, max_message_bytes)
+                    return  # or the agent closed its side: end with OK
+                first = False
                 await context.write(await one(request, context))
         except asyncio.CancelledError as exc:
             if exc.args != (_STOPPING,) or task.cancelling() != 1:
@@ -205,8 +240,10 @@ async def start_grpc_server(
         maximum_concurrent_rpcs=max_concurrent_rpcs,
     )
     handlers = {
-        "Exchange": exchange_handler(service),
-        "ExchangeStream": exchange_stream_handler(service, streams or OpenStreams()),
+        "Exchange": exchange_handler(service, max_message_bytes),
+        "ExchangeStream": exchange_stream_handler(
+            service, streams or OpenStreams(), max_message_bytes
+        ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     # Registered methods are matched inside gRPC's core instead of by a Python lookup per call.

@@ -231,7 +231,7 @@ class Merger:
                 # Validated by the worker; the store decides (and the service counts) whether it
                 # is accepted or stale.
                 with contextlib.suppress(ExchangeRefused):
-                    exchange(parse(raw), True)
+                    exchange(parse(raw), True, raw)
         elif kind == "ask":
             _, call, raw = message
             try:
@@ -240,7 +240,7 @@ class Merger:
                     call,
                     None,
                     "",
-                    self.service.exchange(self._parse(raw)),
+                    self.service.exchange(self._parse(raw), raw=raw),
                 )
             except ExchangeRefused as exc:
                 answer = ("answer", call, exc.outcome, str(exc), b"")
@@ -324,7 +324,7 @@ class Merger:
             store.feature_names is None
             or len(store) + ASK_HEADROOM >= self.service.config.max_senders
         )
-        return (self.service.reply, store.feature_names, ask)
+        return (self.service.reply, store.feature_names, ask, self.service.cost_band)
 
     def _publish(self) -> None:
         state = self._state()

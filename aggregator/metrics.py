@@ -22,7 +22,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-OUTCOMES = ("accepted", "stale", "invalid", "over_capacity")
+# too_large: gRPC refused the message (over --max-message-bytes) before it reached any handler.
+OUTCOMES = ("accepted", "stale", "invalid", "over_capacity", "too_large")
 LATENCY_BUCKETS = (5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1)
 
 

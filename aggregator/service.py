@@ -3,11 +3,14 @@
 ``exchange`` is the hot path: validate, keep the model as the sender's latest, answer with the
 cached serialised global model — no merging on the caller's time. A background task recomputes the
 global model when something changed, at most once per ``recompute_interval``; another drops entries
-past the TTL; another writes the checkpoint. With a parent (``grpc_client.ParentLink``) the reply
-is the parent's fleet-wide model while it is fresh, else this aggregator's own.
+past the TTL; another writes the checkpoint. With a checkpoint, every accepted model also goes to
+the ``journal``, so that a crash loses at most the models of one event-loop turn; at start the
+checkpoint is loaded, then the journal replayed. With a parent (``grpc_client.ParentLink``) the
+reply is the parent's fleet-wide model while it is fresh, else this aggregator's own.
 
 Neighbours: ``grpc_server`` adapts gRPC calls to :meth:`AggregatorService.exchange`; ``store`` and
-``validate`` hold the pure logic; ``checkpoint`` reads and writes the file; ``cli`` wires it up.
+``validate`` hold the pure logic; ``checkpoint`` and ``journal`` read and write the files; ``cli``
+wires it up.
 """
 
 from __future__ import annotations
@@ -21,10 +24,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from aggregator import checkpoint
+from google.protobuf.message import DecodeError
+
+from aggregator import checkpoint, journal
+from aggregator.journal import Journal
 from aggregator.metrics import AggregatorMetrics
 from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_OVER_CAPACITY, GlobalView, ModelStore
-from aggregator.validate import ValidationError, checked_entry, validate_local_model
+from aggregator.validate import (
+    LEAVES_ONLY,
+    CostBand,
+    SenderPolicy,
+    ValidationError,
+    check_claim,
+    checked_entry,
+    cost_band,
+    validate_local_model,
+)
 from aggregator.wire import global_message
 from protos.carico.v1 import aggregator_pb2
 
@@ -43,6 +58,7 @@ class AggregatorConfig:
     max_senders: int = 100_000
     checkpoint_path: Path | None = None
     checkpoint_interval: float = 30.0
+    policy: SenderPolicy = LEAVES_ONLY  # who may stand for more than one node
 
 
 class ExchangeRefused(Exception):
@@ -51,6 +67,11 @@ class ExchangeRefused(Exception):
     def __init__(self, outcome: str, message: str) -> None:
         super().__init__(message)
         self.outcome = outcome
+
+
+def _cut(exc: Exception) -> str:
+    """An error for a log line: one line, short (a damaged file can make a long one)."""
+    return " ".join(str(exc).split())[:300]
 
 
 def invalid(request: aggregator_pb2.LocalModel, problem: ValidationError) -> ExchangeRefused:
@@ -80,17 +101,23 @@ class AggregatorService:
         self._reply = global_message(None, 0, config.name, clock()).SerializeToString()
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._journal: Journal | None = None  # opened by ``restore``
+        self._band: CostBand = None  # the costs the fleet accepts (from the last recompute)
+        self._journal_failing = False
         # Called with every new serialised reply (a multi-process aggregator publishes it).
         self.on_reply: Callable[[bytes], None] | None = None
         self.metrics.global_model_age.set_function(self._model_age)
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def exchange(self, request: aggregator_pb2.LocalModel, checked: bool = False) -> bytes:
+    def exchange(
+        self, request: aggregator_pb2.LocalModel, checked: bool = False, raw: bytes | None = None
+    ) -> bytes:
         """Fold ``request`` in (as its sender's latest model) and return the serialised reply.
 
         ``checked``: a worker process has validated it already; the store still refuses a
-        feature set other than its own (it may have changed since).
+        feature set other than its own (it may have changed since). ``raw``: the request's bytes
+        as they came (what the journal keeps; serialised again when not given).
         """
         outcomes = self.metrics.exchanges
         now = self.clock()
@@ -99,7 +126,9 @@ class AggregatorService:
             if checked:
                 entry, names = checked_entry(request, now)
             else:
-                entry, names = validate_local_model(request, store.feature_names, now, store.known)
+                entry, names = validate_local_model(
+                    request, store.feature_names, now, store.known, self.config.policy, self._band
+                )
             learning = store.feature_names is None
             outcome = store.offer(entry, names, self.config.max_senders)
             if learning:
@@ -114,13 +143,21 @@ class AggregatorService:
             raise ExchangeRefused(
                 outcome, f"aggregator holds its maximum of {self.config.max_senders} senders"
             )
-        if outcome == OUTCOME_ACCEPTED and not self._wake.is_set():
-            self._wake.set()
+        if outcome == OUTCOME_ACCEPTED:
+            if self._journal is not None:
+                self._journal.append(now, raw if raw is not None else request.SerializeToString())
+            if not self._wake.is_set():
+                self._wake.set()
         return self._reply
 
     def answer(self, request: aggregator_pb2.LocalModel, raw: bytes) -> bytes:
-        """``exchange`` as the gRPC handler calls it (with the request's bytes, unused here)."""
-        return self.exchange(request)
+        """``exchange`` as the gRPC handler calls it (with the request's bytes)."""
+        return self.exchange(request, raw=raw)
+
+    @property
+    def cost_band(self) -> CostBand:
+        """The per-pod costs the fleet accepts now (None while its median is not known)."""
+        return self._band
 
     @property
     def reply(self) -> bytes:
@@ -143,7 +180,12 @@ class AggregatorService:
     def recompute(self) -> None:
         """Recompute the global model from the store and refresh the cached reply."""
         now = self.clock()
-        self._local = self.store.compute(now)
+        self._local = local = self.store.compute(now)
+        self._band = (
+            cost_band(local.median_per_pod_cost, local.nodes_with_cost)
+            if local is not None
+            else None
+        )
         self.metrics.recomputes.inc()
         self.metrics.senders.set(len(self.store))
         self.metrics.nodes_contributing.set(
@@ -191,14 +233,34 @@ class AggregatorService:
     # -- checkpoint ---------------------------------------------------------------------------
 
     def restore(self) -> int:
-        """Load the checkpoint if there is one; a damaged file is logged and ignored."""
+        """Load the checkpoint, then replay the journal, and open the journal for what comes.
+
+        Whatever the files hold, nothing here stops the start: a damaged checkpoint (of any
+        shape) is logged and ignored, a damaged journal record ends its segment's replay, and
+        temporary files left by a write that was killed are deleted. Returns the entries kept.
+        """
         path = self.config.checkpoint_path
-        if path is None or not path.exists():
+        if path is None:
             return 0
+        for orphan in checkpoint.remove_orphans(path):
+            log.warning("orphan checkpoint file removed", extra={"file": orphan})
+        kept = 0
+        if path.exists():
+            try:
+                kept = self._restore_checkpoint(path)
+            except Exception as exc:  # any shape of damage; the file is data, never trusted
+                log.warning("checkpoint ignored", extra={"path": str(path), "error": _cut(exc)})
+        replayed = self._replay_journal(path)
+        self._journal = Journal(path, self._journal_error)
+        if kept or replayed:
+            self.recompute()
+        return len(self.store)
+
+    def _restore_checkpoint(self, path: Path) -> int:
         try:
             names, entries, skipped = checkpoint.load(path)
         except checkpoint.CheckpointError as exc:
-            log.warning("checkpoint ignored", extra={"path": str(path), "error": str(exc)})
+            log.warning("checkpoint ignored", extra={"path": str(path), "error": _cut(exc)})
             return 0
         for problem in skipped[:20]:
             log.warning("checkpoint entry skipped", extra={"path": str(path), "error": problem})
@@ -210,38 +272,94 @@ class AggregatorService:
                 extra={"path": str(path), "features": list(names)},
             )
             return 0
-        kept = self.store.restore(entries, names, self.clock())
-        self.recompute()
+        claimed = []
+        for entry in entries:
+            try:
+                check_claim(entry.node, entry.weight, self.config.policy)
+            except ValidationError as exc:
+                log.warning(
+                    "checkpoint entry skipped", extra={"path": str(path), "error": _cut(exc)}
+                )
+                continue
+            claimed.append(entry)
+        kept = self.store.restore(claimed, names, self.clock())
         log.info("checkpoint restored", extra={"path": str(path), "entries": kept})
         return kept
 
+    def _replay_journal(self, path: Path) -> int:
+        """Offer the journal's models to the store, each as at its arrival; the nodes kept."""
+        found = journal.replay(path)
+        for problem in found.problems[:20]:
+            log.warning("journal record ignored", extra={"error": problem})
+        if not found.records:
+            return 0
+        cutoff = self.clock() - self.config.ttl
+        nodes: set[str] = set()
+        skipped = 0
+        store = self.store
+        for received_at, raw in found.records:
+            if received_at < cutoff:
+                continue
+            try:
+                message = aggregator_pb2.LocalModel.FromString(raw)
+                entry, names = validate_local_model(
+                    message, store.feature_names, received_at, (), self.config.policy
+                )
+                if store.offer(entry, names) == OUTCOME_ACCEPTED:
+                    nodes.add(entry.node)
+            except (DecodeError, ValidationError):
+                skipped += 1
+        log.info(
+            "journal replayed",
+            extra={"records": len(found.records), "kept": len(nodes), "skipped": skipped},
+        )
+        return len(nodes)
+
+    def _journal_error(self, exc: OSError) -> None:
+        self.metrics.checkpoints.labels("journal_error").inc()
+        if not self._journal_failing:  # once, not at every event-loop turn of a full disk
+            log.error("journal write failed", extra={"error": str(exc)})
+        self._journal_failing = True
+
     def _checkpoint_bytes(self) -> bytes:
         return checkpoint.encode(self.store.feature_names, self.store.entries(), self.clock())
+
+    def _written(self, path: Path, done: int | None, exc: OSError | None) -> bool:
+        if exc is not None:
+            self.metrics.checkpoints.labels("error").inc()
+            log.error("checkpoint write failed", extra={"path": str(path), "error": str(exc)})
+            return False
+        self.metrics.checkpoints.labels("written").inc()
+        if done is not None and self._journal is not None:
+            self._journal.drop_through(done)  # the checkpoint holds what they held
+            self._journal_failing = False
+        return True
 
     def save_checkpoint(self) -> bool:
         path = self.config.checkpoint_path
         if path is None:
             return False
+        data = self._checkpoint_bytes()
+        done = self._journal.rotate() if self._journal is not None else None
         try:
-            checkpoint.write_atomic(path, self._checkpoint_bytes())
+            checkpoint.write_atomic(path, data)
         except OSError as exc:
-            self.metrics.checkpoints.labels("error").inc()
-            log.error("checkpoint write failed", extra={"path": str(path), "error": str(exc)})
-            return False
-        self.metrics.checkpoints.labels("written").inc()
-        return True
+            return self._written(path, done, exc)
+        return self._written(path, done, None)
 
     async def _save_checkpoint_async(self) -> None:
         path = self.config.checkpoint_path
         assert path is not None
-        data = self._checkpoint_bytes()  # snapshot on the loop, write (fsync) off it
+        # Snapshot and journal rotation on the loop, together: every model is in one or the
+        # other. The write (fsync) runs off the loop.
+        data = self._checkpoint_bytes()
+        done = self._journal.rotate() if self._journal is not None else None
         try:
             await asyncio.to_thread(checkpoint.write_atomic, path, data)
         except OSError as exc:
-            self.metrics.checkpoints.labels("error").inc()
-            log.error("checkpoint write failed", extra={"path": str(path), "error": str(exc)})
+            self._written(path, done, exc)
             return
-        self.metrics.checkpoints.labels("written").inc()
+        self._written(path, done, None)
 
     # -- background tasks ---------------------------------------------------------------------
 
@@ -282,4 +400,9 @@ class AggregatorService:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        self.save_checkpoint()
+        saved = self.save_checkpoint()
+        if self._journal is not None:
+            self._journal.close()
+            if saved:  # the segment started for the final checkpoint is empty
+                self._journal.drop_through(self._journal.number)
+            self._journal = None

@@ -7,6 +7,12 @@ costs, and the factor itself (dimensions, feature names, NaN/inf, orthonormal U,
 within range). A failure raises :class:`ValidationError` whose message names the problem; the gRPC
 layer turns it into ``INVALID_ARGUMENT``. The checkpoint loader reuses the same checks.
 
+A sender's influence is bounded by what it can honestly claim (docs/architecture.md#aggregation):
+a node is one node (weight 1, at most one per-pod cost); only a child aggregator this one was told
+about (:class:`SenderPolicy`) stands for more, and for at most ``max_child_weight`` nodes, with at
+most one cost per node; and once the fleet's median cost is known, a cost more than
+``COST_SPREAD`` times away from it is absurd and refused (:func:`cost_band`).
+
 The aggregator validates thousands of models a second, so for the usual small factors (d·r ≤ 64)
 the checks run as plain Python loops: for a 2×2 factor that is several times cheaper than the
 fixed overhead of a handful of numpy calls, and the default two-feature full-rank factor has an
@@ -19,27 +25,35 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Container, Sequence
+from dataclasses import dataclass
 from math import isfinite
 from operator import mul
 from typing import NamedTuple
 
 import numpy as np
 
+from carico.names import MAX_SUBDOMAIN, SUBDOMAIN, subdomain_problem
 from carico.subspace import MAX_DIMS, ORTHONORMAL_ATOL
 from protos.carico.v1 import aggregator_pb2
 
-# Kubernetes node names are DNS-1123 subdomains: lower-case alphanumerics, '-' and '.', at most
-# 253 characters, each dot-separated label starting and ending with an alphanumeric.
-MAX_NODE_NAME = 253
-_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes node names are DNS-1123 subdomains (carico.names).
+MAX_NODE_NAME = MAX_SUBDOMAIN
+_NODE_NAME = SUBDOMAIN
 MAX_FEATURE_NAME = 63
 _FEATURE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]*")
-# A child aggregator stands for at most this many nodes: far above any real fleet, low enough that
-# one bogus sender cannot drown the rest of the mean.
+# The range of --max-child-weight: far above any real fleet.
 MAX_WEIGHT = 1_000_000
+# What one child aggregator may stand for unless told otherwise: twice the largest cluster
+# Kubernetes supports.
+DEFAULT_MAX_CHILD_WEIGHT = 10_000
 # Per-pod costs are in units of the capacity signal per pod; anything this large is a broken
 # estimator, not a real workload.
 MAX_PER_POD_COST = 1e6
+# Once the fleet's median cost rests on this many costs, a cost more than COST_SPREAD times above
+# or below it is refused: workloads differ between nodes by far less than three orders of
+# magnitude, and the median must not be movable by a few senders' absurd values.
+COST_SPREAD = 1000.0
+MIN_FLEET_COSTS = 10
 # σ₁ ≤ √d holds exactly for data in [0,1]^d; allow rounding of the sender's SVD.
 SIGMA_RANGE_RTOL = 1e-9
 _SMALL_FACTOR = 64  # d·r up to which the pure-Python checks are used
@@ -48,6 +62,27 @@ fsum_plain = sum  # plain (not compensated) summation: the checks' tolerances ar
 
 class ValidationError(ValueError):
     """A model or its envelope is malformed; the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class SenderPolicy:
+    """Who may stand for more than one node: the child aggregators named here, each for at most
+    ``max_child_weight`` nodes. Every other sender is one node."""
+
+    children: frozenset[str] = frozenset()
+    max_child_weight: int = DEFAULT_MAX_CHILD_WEIGHT
+
+
+LEAVES_ONLY = SenderPolicy()
+# The costs a fleet accepts, (low, high); None while the fleet's median is not known well enough.
+CostBand = tuple[float, float] | None
+
+
+def cost_band(median: float | None, costs_seen: int) -> CostBand:
+    """The band of acceptable costs around the fleet's ``median`` of ``costs_seen`` costs."""
+    if median is None or costs_seen < MIN_FLEET_COSTS or not median > 0:
+        return None
+    return median / COST_SPREAD, median * COST_SPREAD
 
 
 class NodeEntry(NamedTuple):
@@ -70,15 +105,9 @@ class NodeEntry(NamedTuple):
 
 
 def check_node_name(node: str, what: str = "node name") -> None:
-    if not node:
-        raise ValidationError(f"{what} is empty")
-    if len(node) > MAX_NODE_NAME:
-        raise ValidationError(f"{what} is {len(node)} characters long (at most {MAX_NODE_NAME})")
-    if _NODE_NAME.fullmatch(node) is None:
-        raise ValidationError(
-            f"{what} {node[:64]!r} is not a DNS-1123 subdomain "
-            "(lower-case letters, digits, '-' and '.', starting and ending alphanumeric)"
-        )
+    problem = subdomain_problem(node, what)
+    if problem is not None:
+        raise ValidationError(problem)
 
 
 def check_feature_names(names: Sequence[str], d: int) -> tuple[str, ...]:
@@ -209,14 +238,36 @@ def check_weight(weight: int) -> int:
     return weight
 
 
-def check_costs(costs: Sequence[float], weight: int) -> tuple[float, ...]:
+def check_claim(node: str, weight: int, policy: SenderPolicy) -> None:
+    """A weight above 1 only from a child aggregator of ``policy``, and within its bound."""
+    if weight <= 1:
+        return
+    if node not in policy.children:
+        raise ValidationError(
+            f"weight {weight}: a node is one node, and {node} is not a child aggregator of this "
+            "one (--children)"
+        )
+    if weight > policy.max_child_weight:
+        raise ValidationError(
+            f"weight {weight} of child aggregator {node} is above --max-child-weight "
+            f"{policy.max_child_weight}"
+        )
+
+
+def check_costs(costs: Sequence[float], weight: int, band: CostBand = None) -> tuple[float, ...]:
     if len(costs) > weight:
         raise ValidationError(
             f"{len(costs)} per-pod costs for a model standing for {weight} node(s)"
         )
+    low, high = band if band is not None else (0.0, MAX_PER_POD_COST)
     for c in costs:
         if not (math.isfinite(c) and 0.0 < c <= MAX_PER_POD_COST):
             raise ValidationError(f"per-pod cost {c!r} is not in (0, {MAX_PER_POD_COST:g}]")
+        if not low <= c <= high:
+            raise ValidationError(
+                f"per-pod cost {c:g} is absurd for this fleet: more than {COST_SPREAD:g} times "
+                f"away from its median {(low * COST_SPREAD):g}"
+            )
     return tuple(costs)
 
 
@@ -230,13 +281,16 @@ def validate_local_model(
     expected_features: tuple[str, ...] | None,
     received_at: float,
     known_nodes: Container[str] = (),
+    policy: SenderPolicy = LEAVES_ONLY,
+    band: CostBand = None,
 ) -> tuple[NodeEntry, tuple[str, ...]]:
     """Check ``message``; return the entry to store and its feature names.
 
     With ``expected_features`` set, a model over any other feature set is refused (naming both),
     so that two parties never mix dimensions. Names in ``known_nodes`` passed this check before
-    and are not matched again. Every protobuf field is read once: each access crosses into the
-    protobuf runtime.
+    and are not matched again. ``policy`` says who may stand for more than one node, ``band``
+    which costs the fleet accepts. Every protobuf field is read once: each access crosses into
+    the protobuf runtime.
     """
     node = message.node
     if node not in known_nodes and (
@@ -269,8 +323,9 @@ def validate_local_model(
     weight = message.weight
     if weight != 1:
         weight = check_weight(weight)
+        check_claim(node, weight, policy)
     raw_costs = message.per_pod_costs
-    costs = check_costs(raw_costs, weight) if raw_costs else ()
+    costs = check_costs(raw_costs, weight, band) if raw_costs else ()
     entry = NodeEntry(node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs)
     return entry, names
 

@@ -14,7 +14,8 @@ from the first model) and whether a new sender still fits under ``--max-senders`
 says either is in doubt (no feature set yet, or the store close to full) the worker asks the merger
 for each call and waits for its verdict, so those answers are the single-process ones too.
 
-Messages on the pipe (pickled tuples). From the merger: ``("state", n, reply, features, ask)``,
+Messages on the pipe (pickled tuples). From the merger: ``("state", n, reply, features, ask,
+band)`` (band: the per-pod costs the fleet accepts),
 ``("answer", call, outcome, message, reply)``, ``("stop",)``. To the merger: ``("ready", port)``,
 ``("failed", message)``, ``("seen", n)``, ``("models", [raw, ...])``, ``("ask", call, raw)``,
 ``("metrics", report)``.
@@ -44,7 +45,13 @@ from aggregator.grpc_server import (
 )
 from aggregator.metrics import AggregatorMetrics
 from aggregator.service import ExchangeRefused, invalid
-from aggregator.validate import ValidationError, validate_local_model
+from aggregator.validate import (
+    LEAVES_ONLY,
+    CostBand,
+    SenderPolicy,
+    ValidationError,
+    validate_local_model,
+)
 from carico.cliargs import event_loop_factory
 from carico.logs import configure_logging
 from protos.carico.v1 import aggregator_pb2
@@ -71,6 +78,7 @@ class WorkerConfig:
     batch_size: int = 256  # models per batch at most
     report_interval: float = 0.5  # seconds between metrics reports
     grace: float = 2.0  # seconds in-flight calls get to finish on stop (streams end at once)
+    policy: SenderPolicy = LEAVES_ONLY  # who may stand for more than one node
     event_loop: str = "asyncio"  # or "uvloop"
 
 
@@ -83,6 +91,7 @@ class WorkerFront:
         self.metrics = AggregatorMetrics()
         self.reply = b""
         self.features: tuple[str, ...] | None = None
+        self.band: CostBand = None
         self.ask = True  # until the merger says otherwise, every call waits for its verdict
         self.stopping = asyncio.Event()
         self._gone = False  # the merger's end of the pipe is closed
@@ -99,7 +108,9 @@ class WorkerFront:
             return self._ask(raw)
         try:
             # The clock value is not used: the merger stamps arrival when it stores the model.
-            validate_local_model(request, self.features, 0.0, self._known)
+            validate_local_model(
+                request, self.features, 0.0, self._known, self.config.policy, self.band
+            )
         except ValidationError as exc:
             self.metrics.exchanges["invalid"] += 1
             raise invalid(request, exc) from None
@@ -156,7 +167,7 @@ class WorkerFront:
     def apply(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "state":
-            _, seen, self.reply, self.features, self.ask = message
+            _, seen, self.reply, self.features, self.ask, self.band = message
             self._send(("seen", seen))
         elif kind == "answer":
             _, call, outcome, text, reply = message

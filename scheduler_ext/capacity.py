@@ -28,11 +28,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from carico.names import MAX_SUBDOMAIN, subdomain_problem
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext.workload import GlobalWorkload, validate_workload
 
 INITIAL_SLOTS = 1024
-MAX_NODE_NAME = 253  # a Node name is a DNS subdomain
+MAX_NODE_NAME = MAX_SUBDOMAIN  # a Node name is a DNS subdomain
 # Reports claiming more than this many free pods are absurd (kubelet's max-pods tops out far lower).
 MAX_AVAIL = 1e6
 
@@ -97,10 +98,9 @@ class NodeReport:
 
 def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
     """Why a report must be refused, or None when it is acceptable."""
-    if not msg.node:
-        return "node name is empty"
-    if len(msg.node) > MAX_NODE_NAME:
-        return f"node name longer than {MAX_NODE_NAME} characters"
+    problem = subdomain_problem(msg.node, "node name")
+    if problem is not None:
+        return problem
     numbers = {
         "avail": msg.avail,
         "k": msg.k,
@@ -138,10 +138,20 @@ class Thresholds:
     stale_after: float = 10.0  # seconds without a report before a node's data is stale
 
 
+# Nodes the table tracks at most (with a report, a reservation or both), unless told otherwise:
+# twice the largest cluster Kubernetes supports. Every node costs memory here and in the history,
+# so clients naming new nodes (reports, binds) must not be able to add them without end.
+DEFAULT_MAX_NODES = 10_000
+
+
 class CapacityTable:
-    def __init__(self, thresholds: Thresholds = Thresholds()) -> None:
+    def __init__(
+        self, thresholds: Thresholds = Thresholds(), max_nodes: int = DEFAULT_MAX_NODES
+    ) -> None:
         self.thresholds = thresholds
+        self.max_nodes = max_nodes
         self.lock = threading.RLock()
+        self._tracked: set[str] = set()  # nodes with a report or a reservation
         self._reports: dict[str, NodeReport] = {}
         self._streams: dict[str, Hashable] = {}
         self._reserved: dict[str, int] = {}
@@ -169,9 +179,12 @@ class CapacityTable:
         """Take a report if it is valid and newer; returns the outcome and, if refused, why."""
         problem = validate(msg)
         if problem is not None:
-            return Ingest.INVALID, f"report for node {msg.node!r} refused: {problem}"
+            shown = ascii(msg.node[:64])  # a refused name may be megabytes long
+            return Ingest.INVALID, f"report for node {shown} refused: {problem}"
         with self.lock:
             last = self._reports.get(msg.node)
+            if last is None and not self.can_track(msg.node):
+                return Ingest.INVALID, self.full_reason(msg.node)
             if last is not None:
                 if self._streams.get(msg.node) == stream:
                     if msg.sequence == last.sequence:
@@ -194,6 +207,7 @@ class CapacityTable:
                         f" (timestamp {msg.timestamp} <= {last.timestamp})",
                     )
             self._reports[msg.node] = NodeReport.from_message(msg, now)
+            self._tracked.add(msg.node)
             self._streams[msg.node] = stream
             self._received[msg.node] = now
             self._received.move_to_end(msg.node)
@@ -219,6 +233,8 @@ class CapacityTable:
                 gone.append(node)
             for node in gone:
                 del self._reports[node]
+                if node not in self._reserved:
+                    self._tracked.discard(node)
                 self._streams.pop(node, None)
                 self._received.pop(node, None)
                 self._recompute(node)
@@ -244,9 +260,22 @@ class CapacityTable:
                 raise AssertionError(f"reserved count of {node} would go negative")
             if count:
                 self._reserved[node] = count
+                self._tracked.add(node)
             else:
                 self._reserved.pop(node, None)
+                if node not in self._reports:
+                    self._tracked.discard(node)
             self._recompute(node)
+
+    def can_track(self, node: str) -> bool:
+        """Whether ``node`` is tracked already or there is room for one more."""
+        return node in self._tracked or len(self._tracked) < self.max_nodes
+
+    def full_reason(self, node: str) -> str:
+        return (
+            f"node {node} is new and the table tracks its maximum of {self.max_nodes} nodes"
+            " (--max-nodes)"
+        )
 
     # -- verdicts --------------------------------------------------------------------------
 

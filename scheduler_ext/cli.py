@@ -26,10 +26,12 @@ from carico.cliargs import (
     non_negative_int,
     port,
     positive_float,
+    positive_int,
 )
 from carico.logs import add_logging_arguments, configure_logging
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from carico.tls import grpc_server_credentials, server_ssl_context
+from scheduler_ext.capacity import DEFAULT_MAX_NODES
 from scheduler_ext.cluster import Cluster, InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
 from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_app, start_http
@@ -143,6 +145,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=1024,
         help="pods whose last decisions /api/v1/explain remembers",
     )
+    add_env_argument(
+        rules,
+        "--max-nodes",
+        type=positive_int,
+        default=DEFAULT_MAX_NODES,
+        help="nodes tracked at most (with a report or a reservation); reports and binds naming "
+        "a further node are refused, so that no client can make the extender grow without end",
+    )
 
     repack = parser.add_argument_group("repacking (docs/architecture.md#repack-execution)")
     add_env_argument(
@@ -234,6 +244,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         reservation_ttl=args.reservation_ttl,
         forget_after=args.forget_after,
         explain_pods=args.explain_pods,
+        max_nodes=args.max_nodes,
     )
 
 

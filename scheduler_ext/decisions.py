@@ -71,10 +71,21 @@ class PreemptDecision:
 
 # Candidate lists remembered by their request bytes. kube-scheduler sends the same NodeNames to
 # filter for pod after pod (and often the same passing subset to prioritize), so a remembered list
-# skips both decoding the names and hashing each of them into the table; only lists up to
-# CANDIDATE_CACHE_BYTES are kept, which bounds the memory at about 32 MB.
+# skips both decoding the names and hashing each of them into the table. At most
+# CANDIDATE_CACHE_SIZE lists are kept, and at most CANDIDATE_CACHE_BYTES in all by
+# ``candidates_cost``: a list of 80,000 short names is 1 MB of JSON but ~7 MB decoded, so a bound
+# on the request bytes alone is no bound. A list costing more than a quarter is not kept at all.
 CANDIDATE_CACHE_SIZE = 32
-CANDIDATE_CACHE_BYTES = 1 << 20
+CANDIDATE_CACHE_BYTES = 32 << 20
+# Per name: a str object without its characters (49 bytes), its slot in the list (8) and its cells
+# in the two per-candidate arrays (8 + 1).
+PER_NAME_BYTES = 66
+
+
+def candidates_cost(raw: bytes, count: int) -> int:
+    """The memory a remembered list of ``count`` names, decoded from ``raw``, takes at most: the
+    key, the names (their characters are fewer than the JSON's bytes) and the arrays."""
+    return 2 * (len(raw) + 33) + PER_NAME_BYTES * count + 200  # 200: list, arrays, entry
 
 
 @dataclass(slots=True)
@@ -104,7 +115,8 @@ class Decider:
         self.table = table
         self.exemptions = exemptions
         self.stale_policy = stale_policy
-        self._candidates: OrderedDict[bytes, Candidates] = OrderedDict()
+        self._candidates: OrderedDict[bytes, tuple[Candidates, int]] = OrderedDict()
+        self.candidate_bytes = 0  # the cost of the lists remembered (``candidates_cost``)
 
     def candidates(self, raw: bytes, decode: Callable[[bytes], list[str]]) -> Candidates:
         """The candidate list whose JSON is ``raw``: remembered, or ``decode(raw)`` (which may
@@ -113,13 +125,19 @@ class Decider:
         found = cache.get(raw)
         if found is not None:
             cache.move_to_end(raw)
-            return found
+            return found[0]
         made = Candidates(decode(raw))
-        if len(raw) <= CANDIDATE_CACHE_BYTES:
-            cache[raw] = made
-            if len(cache) > CANDIDATE_CACHE_SIZE:
-                cache.popitem(last=False)
+        cost = candidates_cost(raw, len(made.names))
+        if cost <= CANDIDATE_CACHE_BYTES // 4:
+            cache[raw] = (made, cost)
+            self.candidate_bytes += cost
+            while len(cache) > CANDIDATE_CACHE_SIZE or self.candidate_bytes > CANDIDATE_CACHE_BYTES:
+                self.candidate_bytes -= cache.popitem(last=False)[1][1]
         return made
+
+    def remembered_candidates(self) -> list[Candidates]:
+        """The candidate lists remembered now, oldest first (for tests and introspection)."""
+        return [cands for cands, _ in self._candidates.values()]
 
     def _stale_reason(self, node: str, now: float) -> str:
         report = self.table.report(node)

@@ -4,7 +4,9 @@ Design: docs/architecture.md#observability.
 
 Each entry keeps the encoded decision (the reply bytes when they are small, a names-only summary
 otherwise), so recording costs nothing beyond what the reply already cost and memory is bounded both
-by the number of pods and by total bytes; the least recently decided pods are dropped first.
+by the number of pods and by total bytes — the bodies, the pod keys and a fixed overhead per entry
+(``ENTRY_BYTES``), so that the bound holds whatever the decisions or names weigh; the least
+recently decided pods are dropped first.
 Decoding happens only when someone asks (``GET /api/v1/explain``). Pure: times are passed in.
 Neighbours: ``service`` records, ``http_server`` serves.
 """
@@ -16,6 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+
+# What a pod's entry costs beside its bodies: the key string's header, the dict of verbs and the
+# Entry objects with their bytes headers (measured with sys.getsizeof, rounded up).
+POD_BYTES = 400
+ENTRY_BYTES = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,21 +48,28 @@ class ExplainLog:
         return self._bytes
 
     def record(self, pod: str, verb: str, at: float, body: bytes, exempt: str | None) -> None:
-        if self.max_pods <= 0 or len(body) > self.max_bytes:
+        cost = self._cost(body, exempt)
+        if self.max_pods <= 0 or POD_BYTES + len(pod) + cost > self.max_bytes:
             return
         entries = self._pods.get(pod)
         if entries is None:
             entries = self._pods[pod] = {}
+            self._bytes += POD_BYTES + len(pod)
         else:
             self._pods.move_to_end(pod)
             old = entries.get(verb)
             if old is not None:
-                self._bytes -= len(old.body)
+                self._bytes -= self._cost(old.body, old.exempt)
         entries[verb] = Entry(verb, at, body, exempt)
-        self._bytes += len(body)
+        self._bytes += cost
         while len(self._pods) > self.max_pods or self._bytes > self.max_bytes:
-            _, dropped = self._pods.popitem(last=False)
-            self._bytes -= sum(len(e.body) for e in dropped.values())
+            key, dropped = self._pods.popitem(last=False)
+            self._bytes -= POD_BYTES + len(key)
+            self._bytes -= sum(self._cost(e.body, e.exempt) for e in dropped.values())
+
+    @staticmethod
+    def _cost(body: bytes, exempt: str | None) -> int:
+        return ENTRY_BYTES + len(body) + (len(exempt) if exempt else 0)
 
     def explain(self, pod: str, now: float) -> dict[str, Any] | None:
         entries = self._pods.get(pod)

@@ -15,7 +15,11 @@
 * ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
 
-Neighbours: ``service`` (all the logic), ``cli`` (starts it).
+Bodies are read by ``bodies`` (size limits before and after decompression, one budget for all
+requests), so the app must be served with aiohttp's own decompression off, as ``start_http`` does.
+A request refused as the client's fault is logged as one line, never with a traceback.
+
+Neighbours: ``service`` (all the logic), ``bodies`` (request bodies), ``cli`` (starts it).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import msgspec
 from aiohttp import web
 
 from carico.http_ops import add_ops_routes
+from scheduler_ext.bodies import BodyBudget, BodyRefused, read_body
 from scheduler_ext.repack.service import (
     MAX_REQUEST_BYTES,
     TRIGGER_HTTP,
@@ -39,6 +44,7 @@ from scheduler_ext.repack.service import (
     parse_run_request,
 )
 from scheduler_ext.service import BadRequest, ExtenderService
+from scheduler_ext.wire import Body
 from scheduler_ext.workload import model_view
 
 if TYPE_CHECKING:
@@ -46,16 +52,45 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+BUDGET = web.AppKey("body_budget", BodyBudget)
+
 DEFAULT_PREFIX = "/scheduler"
 DEFAULT_MAX_BODY = 64 << 20  # a full NodeList of 500 sampled nodes is ~10 MB
+# Request bodies all requests may hold at once, in bodies of the largest size: kube-scheduler
+# sends one filter or prioritize at a time per profile, and binds are small.
+BODIES_IN_FLIGHT = 4
 JSON = "application/json"
 STATIC = Path(__file__).parent / "static"
 SYNC_VERBS = ("filter", "prioritize", "preempt")
+LOGGED_REASON = 300  # characters of a refusal's reason in its log line
+
+
+def one_line(text: str, limit: int = LOGGED_REASON) -> str:
+    """``text`` cut to ``limit`` characters, with newlines, other control characters and
+    anything not ASCII escaped: a client's bytes must not forge log lines."""
+    cut = text[:limit].encode("unicode_escape").decode("ascii")
+    return cut + ("..." if len(text) > limit else "")
 
 
 def _error(status: int, message: str) -> web.Response:
-    body = msgspec.json.encode({"Error": message})
+    # A message may quote the client's strings, lone surrogates included, which UTF-8 (and so
+    # msgspec) cannot encode: they go out escaped.
+    safe = message.encode("utf-8", "backslashreplace").decode("utf-8")
+    body = msgspec.json.encode({"Error": safe})
     return web.Response(status=status, body=body, content_type=JSON)
+
+
+def _refused(request: web.Request, status: int, message: str) -> web.Response:
+    """A client error: answered with the reason and logged as one line."""
+    log.warning(
+        "%s %s from %s refused (%d): %s",
+        request.method,
+        one_line(request.path, 80),
+        request.remote,
+        status,
+        one_line(message),
+    )
+    return _error(status, message)
 
 
 def normalise_prefix(prefix: str) -> str:
@@ -74,25 +109,26 @@ def build_app(
     app = web.Application(client_max_size=max_body)
     prefix = normalise_prefix(prefix)
     latency = service.metrics.latency_of
+    budget = BodyBudget(BODIES_IN_FLIGHT * max_body)
+    app[BUDGET] = budget
 
     def verb_handler(
-        verb: str, call: Callable[[bytes], bytes | Awaitable[bytes]]
+        verb: str, call: Callable[[Body], bytes | Awaitable[bytes]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         observe = latency[verb].observe
 
         async def handle(request: web.Request) -> web.Response:
             start = time.perf_counter()
             try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                service.count_request(verb, "too_large")
-                return _error(413, f"request body larger than the limit of {max_body} bytes")
-            try:
-                result = call(body)
-                reply = result if isinstance(result, bytes) else await result
+                async with read_body(request, max_body, budget) as body:
+                    result = call(body)
+                    reply = result if isinstance(result, bytes) else await result
+            except BodyRefused as exc:
+                service.count_request(verb, "too_large" if exc.status == 413 else "bad_request")
+                return _refused(request, exc.status, f"{verb}: {exc}")
             except BadRequest as exc:
                 service.count_request(verb, "bad_request")
-                return _error(400, f"{verb}: {exc}")
+                return _refused(request, 400, f"{verb}: {exc}")
             except Exception:
                 log.exception("%s failed", verb)
                 service.count_request(verb, "error")
@@ -146,16 +182,26 @@ def build_app(
     app.router.add_get("/api/v1/reservations", reservations)
     app.router.add_get("/api/v1/explain", explain)
 
-    async def history(_: web.Request) -> web.Response:
+    async def history(request: web.Request) -> web.StreamResponse:
         settings = service.settings
-        body = {
-            "now": service.wall(),
-            "stale_after_seconds": settings.stale_after,
-            "stale_policy": settings.stale_policy.value,
-            "threshold": settings.threshold,
-            "nodes": service.history.view(),
-        }
-        return web.Response(body=msgspec.json.encode(body), content_type=JSON)
+        head = msgspec.json.encode(
+            {
+                "now": service.wall(),
+                "stale_after_seconds": settings.stale_after,
+                "stale_policy": settings.stale_policy.value,
+                "threshold": settings.threshold,
+            }
+        )
+        # Streamed a few nodes at a time, so that what one request holds stays small whatever
+        # the number of nodes (docs/architecture.md#observability).
+        response = web.StreamResponse(headers={"Content-Type": JSON})
+        await response.prepare(request)
+        await response.write(head[:-1] + b',"nodes":{')
+        for i, chunk in enumerate(service.history.json_chunks()):
+            await response.write(b"," + chunk if i else chunk)
+        await response.write(b"}}")
+        await response.write_eof()
+        return response
 
     async def model(_: web.Request) -> web.Response:
         table = service.table
@@ -184,14 +230,13 @@ def add_repack_routes(app: web.Application, repack: RepackService | None) -> Non
     async def run_now(request: web.Request) -> web.Response:
         if repack is None:
             return _error(404, off)
-        if (request.content_length or 0) > MAX_REQUEST_BYTES:
-            return _error(413, f"request body larger than the limit of {MAX_REQUEST_BYTES} bytes")
-        body = await request.content.read(MAX_REQUEST_BYTES + 1)
         try:
-            ask = parse_run_request(body, repack.settings.max_time_limit)
+            async with read_body(request, MAX_REQUEST_BYTES, request.app[BUDGET]) as body:
+                ask = parse_run_request(body, repack.settings.max_time_limit)
+        except BodyRefused as exc:
+            return _refused(request, exc.status, f"repack: {exc}")
         except ValueError as exc:
-            status = 413 if len(body) > MAX_REQUEST_BYTES else 400
-            return _error(status, f"repack: {exc}")
+            return _refused(request, 400, f"repack: {exc}")
         try:
             record = await repack.run(TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run)
         except RunInProgress as exc:
@@ -278,7 +323,8 @@ async def start_http(
     app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
 ) -> HttpServer:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``close()``."""
-    runner = web.AppRunner(app, access_log=None)
+    # Bodies are decompressed by ``bodies.read_body``, within the limit, not by aiohttp.
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
     await site.start()

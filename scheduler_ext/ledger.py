@@ -5,8 +5,9 @@ includes the room that pod will take; without a reservation every pod of a burst
 the same node (docs/architecture.md#reservations). ``reserve`` checks the capacity and takes the
 unit under the table's lock, so parallel binds never over-reserve. A reservation ends when the pod
 watch says the pod left Pending on that node (Running, Succeeded, Failed), was deleted or went to
-another node; when the bind fails (undone); or after a TTL as a safety net. On start, and whenever
-the watch has to relist, the ledger is reconciled against the pods that are bound and still Pending.
+another node; when the bind that made it fails (undone: a failed bind never touches a reservation
+it did not make); or after a TTL as a safety net. On start, and whenever the watch has to relist,
+the ledger is reconciled against the pods that are bound and still Pending.
 
 Pure logic: times are passed in. Neighbours: ``capacity`` (the counts live there, so verdicts see
 them), ``service`` (bind flow), the cluster implementations (pod events).
@@ -59,6 +60,11 @@ class ReserveResult:
     ok: bool
     error: str = ""
     stale: str = ""  # "stale" or "missing" when the data could not be checked
+    # What this very call changed, so that ``undo`` gives back that and nothing else: the
+    # reservation it made (None when the pod held one there already) and the one of the same
+    # name (an older uid) it displaced.
+    made: Reservation | None = None
+    displaced: Reservation | None = None
 
 
 class Ledger:
@@ -111,6 +117,8 @@ class Ledger:
                 return ReserveResult(
                     False, f"carico: pod {facts.key} is already bound to node {current.node}"
                 )
+            if not self.table.can_track(node):
+                return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
             if check:
                 free = self.table.free.get(node)
@@ -129,18 +137,29 @@ class Ledger:
                     )
             if current is not None:
                 self._drop(current, Release.RELEASED)
-            self._by_key[facts.key] = Reservation(facts.key, facts.uid, node, now)
-            self.table.add_reserved(node, 1)
-            self.created += 1
-            return ReserveResult(True, stale=stale)
+            made = Reservation(facts.key, facts.uid, node, now)
+            self._add(made)
+            return ReserveResult(True, stale=stale, made=made, displaced=current)
 
-    def undo(self, facts: PodFacts, node: str) -> bool:
-        """Give back the unit taken by ``reserve`` after a failed bind."""
+    def undo(self, result: ReserveResult) -> bool:
+        """After a failed bind, give back what the ``reserve`` that returned ``result`` took.
+
+        Only that call's own reservation goes, and the one it displaced comes back: a bind the
+        API refuses (409 when kube-scheduler retries a bind that in fact succeeded, a wrong uid)
+        must leave the ledger as it was (docs/architecture.md#reservations). Nothing happens when
+        the call made none or a pod event has replaced it since.
+        """
+        made = result.made
+        if made is None:
+            return False
         with self.table.lock:
-            current = self._by_key.get(facts.key)
-            if current is None or current.node != node or current.uid != facts.uid:
+            if self._by_key.get(made.key) is not made:
                 return False
-            self._drop(current, Release.UNDONE)
+            self._drop(made, Release.UNDONE)
+            old = result.displaced
+            if old is not None:
+                # Counted as created again, so that created minus ended stays the open count.
+                self._add(Reservation(old.key, old.uid, old.node, old.created_at))
             return True
 
     # -- pod lifecycle ---------------------------------------------------------------------
@@ -200,6 +219,11 @@ class Ledger:
             for res in old:
                 self._drop(res, Release.EXPIRED)
             return old
+
+    def _add(self, res: Reservation) -> None:
+        self._by_key[res.key] = res
+        self.table.add_reserved(res.node, 1)
+        self.created += 1
 
     def _drop(self, res: Reservation, how: Release) -> Release:
         del self._by_key[res.key]

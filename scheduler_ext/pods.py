@@ -12,10 +12,13 @@ no I/O, no clock. Neighbours: ``wire`` (decoded pods), ``decisions`` and ``ledge
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from carico.names import label_problem, subdomain_problem, uid_problem
 from carico.pods import (
     CRITICAL_PRIORITY_CLASSES,
+    DAEMONSET,
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_MANAGED_SCHEDULERS,
     DEFAULT_SCHEDULER,
@@ -23,6 +26,12 @@ from carico.pods import (
     node_bound_reason,
 )
 from scheduler_ext import wire
+
+# The owner kinds the rules look at. A request's pod may list any number of owners: the facts
+# keep these, and a few others of sane length, so that what is remembered of a pod stays small.
+RULE_OWNER_KINDS = frozenset({DAEMONSET, "Node"})
+MAX_OWNER_KINDS = 8
+MAX_KIND = 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,15 @@ class PodFacts:
         return f"{self.namespace}/{self.name}"
 
 
+def _owner_kinds(owners: Iterable[wire.OwnerReference]) -> tuple[str, ...]:
+    kinds = dict.fromkeys(ref.kind for ref in owners)
+    if len(kinds) <= MAX_OWNER_KINDS and all(len(k) <= MAX_KIND for k in kinds):
+        return tuple(kinds)
+    ruled = [k for k in kinds if k in RULE_OWNER_KINDS]
+    others = [k for k in kinds if k not in RULE_OWNER_KINDS and len(k) <= MAX_KIND]
+    return (*ruled, *others[: MAX_OWNER_KINDS - len(ruled)])
+
+
 def facts_from_wire(pod: wire.Pod) -> PodFacts:
     meta = pod.metadata or wire.ObjectMeta()
     spec = pod.spec or wire.PodSpec()
@@ -53,11 +71,25 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
         namespace=meta.namespace or "default",
         name=meta.name,
         uid=meta.uid,
-        owner_kinds=tuple(ref.kind for ref in meta.ownerReferences or ()),
+        owner_kinds=_owner_kinds(owners),
         mirror=is_mirror(annotations, [ref.kind for ref in owners]),
         priority_class=spec.priorityClassName or "",
         scheduler=spec.schedulerName or DEFAULT_SCHEDULER,
         owner_uid=controller.uid if controller is not None else "",
+    )
+
+
+def facts_problem(pod: PodFacts) -> str | None:
+    """Why a pod described by a request cannot exist in a cluster (a name, namespace or uid
+    Kubernetes would refuse), or None: what the extender remembers of it stays small."""
+    return (
+        subdomain_problem(pod.name, "pod name")
+        or label_problem(pod.namespace, "pod namespace")
+        or uid_problem(pod.uid, "pod uid")
+        or uid_problem(pod.owner_uid, "owner uid")
+        or (pod.priority_class and subdomain_problem(pod.priority_class, "priority class"))
+        or (pod.scheduler and subdomain_problem(pod.scheduler, "scheduler name"))
+        or None
     )
 
 

@@ -13,23 +13,25 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 
+from carico.names import label_problem, subdomain_problem, subdomains_problem, uid_problem
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
-from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
+from scheduler_ext.capacity import DEFAULT_MAX_NODES, CapacityTable, Ingest, Thresholds
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
-from scheduler_ext.ledger import Ledger, PodState, StaleData
+from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
-from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire
+from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
 from scheduler_ext.slots import SlotKind, SlotTable
+from scheduler_ext.wire import Body
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +54,34 @@ class Settings:
     forget_after: float = 3600.0  # nodes silent this long are dropped (deleted nodes)
     explain_pods: int = 1024
     explain_bytes: int = 64 << 20
+    max_nodes: int = DEFAULT_MAX_NODES
 
 
-def _decode(decoder: Callable[[bytes], object], body: bytes) -> object:
+def _decode(decoder: Callable[[Body], object], body: Body, what: str = "") -> object:
+    """``decoder(body)``, every way it can fail on a client's bytes turned into a BadRequest.
+
+    msgspec decodes ignored fields too, recursively, so any nesting deeper than Python's
+    recursion limit allows raises RecursionError, and a string that is not UTF-8 raises
+    UnicodeDecodeError; both are the client's fault (docs/architecture.md#extender-protocol).
+    """
     try:
         return decoder(body)
     except msgspec.ValidationError as exc:
-        raise BadRequest(f"request does not match the extender v1 types: {exc}") from exc
+        raise BadRequest(f"request does not match the extender v1 types: {what}{exc}") from exc
     except msgspec.DecodeError as exc:
-        raise BadRequest(f"malformed JSON: {exc}") from exc
+        raise BadRequest(f"malformed JSON: {what}{exc}") from exc
+    except RecursionError:
+        raise BadRequest(f"malformed JSON: {what}nested too deeply") from None
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"malformed JSON: {what}a string is not valid UTF-8 ({exc.reason})"
+        ) from None
+
+
+def _check_pod(facts: PodFacts) -> None:
+    problem = facts_problem(facts)
+    if problem is not None:
+        raise BadRequest(problem)
 
 
 @dataclass
@@ -95,7 +116,9 @@ class ExtenderService:
         self.clock = clock
         self.wall = wall
         self.started = clock()
-        self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
+        self.table = CapacityTable(
+            Thresholds(settings.threshold, settings.stale_after), settings.max_nodes
+        )
         exemptions = ExemptionPolicy(settings.excluded_namespaces, settings.managed_schedulers)
         self.ledger = Ledger(
             self.table,
@@ -154,16 +177,18 @@ class ExtenderService:
             recent.popitem(last=False)
 
     def _names(self, raw: bytes) -> list[str]:
-        try:
-            names = wire.decode_names(raw)
-        except msgspec.ValidationError as exc:
-            raise BadRequest(
-                f"request does not match the extender v1 types: NodeNames: {exc}"
-            ) from exc
+        names = _decode(wire.decode_names, raw, "NodeNames: ")
         assert isinstance(names, list)
+        self._check_nodes(names)
         return names
 
-    def _args(self, body: bytes) -> tuple[PodFacts, Candidates, bool]:
+    def _check_nodes(self, names: Iterable[str]) -> None:
+        # Names with a report passed the same rule at ingest: a lookup instead of the pattern.
+        problem = subdomains_problem(names, "node name", self.table.free)
+        if problem is not None:
+            raise BadRequest(problem)
+
+    def _args(self, body: Body) -> tuple[PodFacts, Candidates, bool]:
         args = _decode(wire.decode_args_raw_names, body)
         assert isinstance(args, wire.ExtenderArgsRawNames)
         if args.Pod is None:
@@ -171,17 +196,19 @@ class ExtenderService:
         facts = facts_from_wire(args.Pod)
         if not facts.name:
             raise BadRequest("Pod has no metadata.name")
+        _check_pod(facts)
         raw = bytes(args.NodeNames)
         if raw != b"null":
             return facts, self.decider.candidates(raw, self._names), True
         if args.Nodes is not None:
             names = [item.metadata.name if item.metadata else "" for item in args.Nodes.items or ()]
+            self._check_nodes(names)
             return facts, Candidates(names), False
         raise BadRequest("neither Nodes nor NodeNames is set")
 
     # -- verbs -----------------------------------------------------------------------------
 
-    def filter(self, body: bytes) -> bytes:
+    def filter(self, body: Body) -> bytes:
         facts, cands, cache_capable = self._args(body)
         names = cands.names
         self._remember(facts)
@@ -237,7 +264,7 @@ class ExtenderService:
                 self._stale("filter", d.stale, d.missing)
         return reply
 
-    def _slot_filter(self, facts: PodFacts, body: bytes, names: list[str]) -> FilterDecision | None:
+    def _slot_filter(self, facts: PodFacts, body: Body, names: list[str]) -> FilterDecision | None:
         """A pod held by repack plan slots passes only their nodes (None: the pod has none)."""
         maybe = self.slots.candidates(facts)
         if not maybe:
@@ -266,7 +293,7 @@ class ExtenderService:
             and now - self.started < self.table.thresholds.stale_after
         )
 
-    def prioritize(self, body: bytes) -> bytes:
+    def prioritize(self, body: Body) -> bytes:
         facts, cands, _ = self._args(body)
         names = cands.names
         self._remember(facts)
@@ -280,12 +307,14 @@ class ExtenderService:
                 self._stale("prioritize", d.stale, d.missing)
         return reply
 
-    def preempt(self, body: bytes) -> bytes:
+    def preempt(self, body: Body) -> bytes:
         args = _decode(wire.decode_preemption, body)
         assert isinstance(args, wire.ExtenderPreemptionArgs)
         if args.Pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderPreemptionArgs with a Pod")
         facts = facts_from_wire(args.Pod)
+        _check_pod(facts)
+        self._check_nodes(args.NodeNameToMetaVictims or args.NodeNameToVictims or ())
         victims: dict[str, wire.MetaVictims] = {}
         if args.NodeNameToMetaVictims is not None:
             victims = {
@@ -310,12 +339,20 @@ class ExtenderService:
             self._stale("preempt", d.stale, d.missing)
         return wire.encode(wire.PreemptionResult(d.kept))
 
-    async def bind(self, body: bytes) -> bytes:
+    async def bind(self, body: Body) -> bytes:
         args = _decode(wire.decode_binding, body)
         assert isinstance(args, wire.ExtenderBindingArgs)
         missing = [k for k in ("PodName", "PodNamespace", "Node") if not getattr(args, k)]
         if missing:
             raise BadRequest(f"binding args lack {', '.join(missing)}")
+        problem = (
+            subdomain_problem(args.PodName, "PodName")
+            or label_problem(args.PodNamespace, "PodNamespace")
+            or uid_problem(args.PodUID, "PodUID")
+            or subdomain_problem(args.Node, "Node")
+        )
+        if problem is not None:
+            raise BadRequest(problem)
         key = f"{args.PodNamespace}/{args.PodName}"
         known = self._recent.get(key)
         facts = (
@@ -327,6 +364,7 @@ class ExtenderService:
         nc = self._node_count
         # A pod bound into a plan slot takes over the slot's unit: no second capacity check.
         slot = self.slots.claim(facts, args.Node) if self.slots else None
+        result: ReserveResult | None = None
         if exempt is None:
             result = self.ledger.reserve(facts, args.Node, self.clock(), check=slot is None)
             if result.stale:
@@ -341,9 +379,10 @@ class ExtenderService:
         try:
             await self.cluster.bind(facts, args.Node)
         except Exception as exc:
-            # Any failure, expected or not, must give the unit back and reach the scheduler.
-            if exempt is None:
-                self.ledger.undo(facts, args.Node)
+            # Any failure, expected or not, must give back what this call took (and only that:
+            # a refused duplicate must not free the first bind's unit) and reach the scheduler.
+            if result is not None:
+                self.ledger.undo(result)
             if slot is not None:
                 self.slots.unclaim(slot)
             if not isinstance(exc, BindError):

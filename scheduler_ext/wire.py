@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import msgspec
 
+# A request body as the HTTP layer hands it over (read into one growing buffer, not copied).
+Body = bytes | bytearray
+
 # Structs made by the thousand per request (one per node) are not tracked by the garbage collector
 # (``gc=False``): they hold only strings and numbers, so they cannot form cycles, and tracking
 # them would trigger collections on every large request.

@@ -15,8 +15,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from carico.names import subdomain_problem
 from carico.subspace import MAX_DIMS as MAX_FEATURES
 from protos.carico.v1 import capacity_pb2
+
+MAX_FEATURE_NAME = 63  # as the aggregator allows
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +60,11 @@ def validate_workload(msg: capacity_pb2.GlobalWorkload) -> str | None:
         return "global_workload: expected_workload and feature_names differ in length"
     if len(set(names)) != len(names) or not all(names):
         return "global_workload: feature names must be unique and non-empty"
+    # Kept per node for the dashboard: bounded, so that a report cannot weigh megabytes.
+    if any(len(name) > MAX_FEATURE_NAME for name in names):
+        return f"global_workload: a feature name is longer than {MAX_FEATURE_NAME} characters"
+    if msg.aggregator and subdomain_problem(msg.aggregator, "aggregator"):
+        return f"global_workload: {subdomain_problem(msg.aggregator, 'aggregator')}"
     # Telemetry lies in [0,1]^d, so σ₁² ≤ E|y|² ≤ d and every w_j = σ₁·u₁_j ≤ √d.
     bound = math.sqrt(len(w)) * (1 + 1e-9)
     for name, value in zip(names, w, strict=True):

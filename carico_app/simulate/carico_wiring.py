@@ -179,7 +179,7 @@ class CaricoExtender:
         try:
             _run_now(self.cluster.bind(facts, node))
         except Exception as exc:  # BindError and anything the cluster raises: give the unit back
-            self.ledger.undo(facts, node)
+            self.ledger.undo(result)
             self.bind_refusals += 1
             return str(exc)
         self.binds += 1

@@ -161,7 +161,7 @@ def landed(
     return None
 
 
-def request_signature(body: bytes) -> Signature | None:
+def request_signature(body: bytes | bytearray) -> Signature | None:
     """The class signature of the pod in an extender filter request (None if unreadable).
 
     Called only for a pod whose controller holds a replacement slot, so the full decode of the
@@ -171,6 +171,6 @@ def request_signature(body: bytes) -> Signature | None:
         doc = json.loads(body)
         raw = doc.get("Pod") if isinstance(doc, dict) else None
         pod = parse_pod(raw, frozenset()) if isinstance(raw, dict) else None
-    except (ValueError, SnapshotError):
+    except (ValueError, RecursionError, SnapshotError):
         return None
     return pod_signature(pod) if pod is not None else None

@@ -187,7 +187,7 @@ class RunRequest:
 MAX_REQUEST_BYTES = 4096
 
 
-def parse_run_request(body: bytes, max_time_limit: float) -> RunRequest:
+def parse_run_request(body: bytes | bytearray, max_time_limit: float) -> RunRequest:
     """``{"time_limit": seconds, "dry_run": bool}``, both optional; an empty body is ``{}``.
 
     Raises ValueError with a message fit for an HTTP 400."""
@@ -197,13 +197,17 @@ def parse_run_request(body: bytes, max_time_limit: float) -> RunRequest:
         return RunRequest()
     try:
         doc = json.loads(body)
-    except ValueError as exc:
+    except ValueError as exc:  # UnicodeDecodeError included
         raise ValueError(f"malformed JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueError("malformed JSON: nested too deeply") from None
     if not isinstance(doc, dict):
         raise ValueError("the body must be a JSON object")
     unknown = sorted(set(doc) - {"time_limit", "dry_run"})
     if unknown:
-        raise ValueError(f"unknown field(s) {', '.join(unknown)}; use time_limit, dry_run")
+        # ascii(): a key may be anything JSON can spell, lone surrogates included.
+        names = ", ".join(ascii(name)[:60] for name in unknown[:5])
+        raise ValueError(f"unknown field(s) {names}; use time_limit, dry_run")
     limit = doc.get("time_limit")
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int | float):

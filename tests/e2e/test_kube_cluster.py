@@ -7,15 +7,20 @@ ones bound carry a long start-up delay, so the fake kubelet keeps them Pending u
 from __future__ import annotations
 
 import asyncio
+import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import kubernetes
 import pytest
 from e2e_controlplane import ControlPlane
 from fake_kubelet import STARTUP_SECONDS_ANNOTATION, FakeKubelet
 
+from protos.carico.v1 import capacity_pb2
 from scheduler_ext.cluster import BindError
+from scheduler_ext.http_server import build_app, start_http
 from scheduler_ext.kube import KubernetesCluster
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts
@@ -143,3 +148,48 @@ async def test_ledger_rebuilt_from_the_api_on_start(
     finally:
         background.cancel()
         await asyncio.gather(background, return_exceptions=True)
+
+
+async def test_a_bind_the_api_refuses_409_leaves_the_ledger_as_it_was(
+    kube: KubernetesCluster, api_client: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    """kube-scheduler retries a bind whose reply timed out after the binding was made; the API
+    server answers the retry 409 Conflict. That refusal must not free the first bind's unit."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    facts = _create(core, namespace, "retried", "carico-x")
+    service = ExtenderService(kube, Settings(managed_schedulers=frozenset({"carico-x"})))
+    report = capacity_pb2.NodeCapacity(
+        node=N0, avail=5.0, capacity=2.0, per_pod_cost=0.1, sequence=1, timestamp=time.time()
+    )
+    assert service.ingest(report, object())[0].value == "accepted"
+    http = await start_http(build_app(service), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{http.port}/scheduler/bind"
+    args = {"PodName": "retried", "PodNamespace": namespace, "PodUID": facts.uid, "Node": N0}
+
+    def ledger() -> object:
+        held = [(r.key, r.uid, r.node) for r in service.ledger.reservations()]
+        return held, service.table.reserved_counts()
+
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def bind(**change: str) -> str:
+                body = json.dumps({**args, **change}).encode()
+                async with session.post(url, data=body) as resp:
+                    assert resp.status == 200
+                    return str((await resp.json())["Error"])
+
+            assert await bind() == ""
+            before = ledger()
+            assert before == ([(f"{namespace}/retried", facts.uid, N0)], {N0: 1})
+            refused = await bind()  # the retry: the binding exists already
+            assert "409" in refused and "already assigned" in refused, refused
+            assert ledger() == before
+            refused = await bind(PodUID="not-its-uid")  # the API's uid precondition fails
+            assert "409" in refused, refused
+            assert ledger() == before
+            assert await bind(Node=N1) != ""  # the extender refuses a second node itself
+            assert ledger() == before
+    finally:
+        await http.close()
+    assert core.read_namespaced_pod("retried", namespace).spec.node_name == N0

@@ -84,7 +84,8 @@ class LocalModel(_message.Message):
     """sender's wall clock, unix seconds"""
     weight: _builtins.int
     """How many nodes this model stands for: 1 for an agent, N for a child aggregator's merged model.
-    0 (unset) counts as 1; the aggregator refuses more than 1,000,000.
+    0 (unset) counts as 1; the aggregator refuses more than 1 from a sender it was not told is a
+    child aggregator (--children), and more than --max-child-weight from a child.
     """
     @_builtins.property
     def model(self) -> Global___SubspaceFactor: ...

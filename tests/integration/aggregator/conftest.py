@@ -89,8 +89,21 @@ class Running:
                 "carico_aggregator_exchanges_total", {"outcome": outcome}
             )
             or 0.0
-            for outcome in ("accepted", "stale", "invalid", "over_capacity")
+            for outcome in ("accepted", "stale", "invalid", "over_capacity", "too_large")
         }
+
+    async def refused_too_large(self, n: int, timeout: float = 10.0) -> None:
+        """Wait until ``n`` messages refused for their size are counted (workers report their
+        counts every few tens of milliseconds; the bound only guards against a hang)."""
+        registry = self.service.metrics.registry
+        deadline = asyncio.get_running_loop().time() + timeout
+        while (
+            registry.get_sample_value("carico_aggregator_exchanges_total", {"outcome": "too_large"})
+            != n
+        ):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"never counted {n} messages refused for their size")
+            await asyncio.sleep(0.01)
 
 
 Start = Callable[..., Awaitable[Running]]
@@ -124,6 +137,7 @@ async def start_aggregator() -> AsyncIterator[Start]:
                     max_message_bytes=max_message_bytes,
                     report_interval=0.02,
                     event_loop="uvloop",  # the command's default
+                    policy=service.config.policy,
                 ),
             )
             result = Running(service, None, await merger.start(), merger)

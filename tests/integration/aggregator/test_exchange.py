@@ -165,6 +165,7 @@ async def test_every_bad_input_class_gets_invalid_argument_and_changes_nothing(
         "stale": 0,
         "invalid": bad,
         "over_capacity": 0,
+        "too_large": 0,
     }
 
 
@@ -186,10 +187,21 @@ async def test_oversized_messages_are_refused_by_the_size_limit(
     agg = await start_aggregator(workers=workers, max_message_bytes=4096)
     message = make_local("big", rng.uniform(size=(2, 8)))
     message.per_pod_costs[:] = [0.1] * 1000  # ~8 kB
-    with pytest.raises(grpc.aio.AioRpcError) as info:
-        await agg.stub().Exchange(message, timeout=5)
-    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    for _ in range(3):
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await agg.stub().Exchange(message, timeout=5)
+        assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert len(agg.service.store) == 0
+    # Counted like every other outcome (no latency: no message was handled).
+    await agg.refused_too_large(3)
+    await agg.stub().Exchange(make_local("small", rng.uniform(size=(2, 8))), timeout=5)
+    assert await agg.outcomes(1) == {
+        "accepted": 1,
+        "stale": 0,
+        "invalid": 0,
+        "over_capacity": 0,
+        "too_large": 3,
+    }
 
 
 @WORKERS

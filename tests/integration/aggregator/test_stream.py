@@ -126,7 +126,13 @@ async def test_every_message_gets_exactly_one_reply_and_is_counted(
     versions = [r.version for r in replies]
     assert versions == sorted(versions)  # answered in the order sent
     outcomes = await agg.outcomes(sent)  # one latency observation per message, no more
-    assert outcomes == {"accepted": sent, "stale": 0, "invalid": 0, "over_capacity": 0}
+    assert outcomes == {
+        "accepted": sent,
+        "stale": 0,
+        "invalid": 0,
+        "over_capacity": 0,
+        "too_large": 0,
+    }
     await agg.wait_recomputed(1)
     assert agg.service.store.get("node-a").sequence == sent
 
@@ -179,6 +185,7 @@ async def test_a_bad_model_ends_the_stream_with_invalid_argument_and_changes_not
         "stale": len(bad) - 1,
         "invalid": len(bad),
         "over_capacity": 0,
+        "too_large": 0,
     }
 
 
@@ -196,6 +203,22 @@ async def test_an_oversized_message_ends_the_stream_with_resource_exhausted(
         await call.read()
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert agg.service.store.get("node-a").sequence == 1
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_a_stream_whose_first_message_is_too_large_is_counted(
+    start_aggregator, make_local, rng, workers
+) -> None:  # type: ignore[no-untyped-def]
+    agg = await start_aggregator(max_message_bytes=300, workers=workers)
+    big = make_local("node-a", rng.uniform(size=(2, 5)))
+    big.per_pod_costs.extend([0.1] * 100)
+    call = agg.stub().ExchangeStream()
+    await call.write(big)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call.read()
+    assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    await agg.refused_too_large(1)
+    assert len(agg.service.store) == 0
 
 
 async def test_max_concurrent_rpcs_counts_open_streams(make_local, rng) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ import pytest
 
 from aggregator.grpc_client import ClientTls, ParentLink
 from aggregator.grpc_server import ServerTls
+from aggregator.validate import SenderPolicy
 from carico.tls import grpc_channel_credentials, make_ca, make_leaf, write_pair
 
 # Each level adds one eigendecomposition's rounding (~1e-16 relative); 1e-12 is far above that
@@ -25,8 +26,9 @@ async def test_two_level_tree_gives_the_flat_global_model(
     start_aggregator, make_local, moment_of, rng
 ) -> None:  # type: ignore[no-untyped-def]
     flat = await start_aggregator("flat")
-    root = await start_aggregator("root")
-    children = [await start_aggregator(f"child-{i}") for i in range(3)]
+    names = [f"child-{i}" for i in range(3)]
+    root = await start_aggregator("root", policy=SenderPolicy(frozenset(names)))
+    children = [await start_aggregator(name) for name in names]
     # Uneven groups so that an unweighted mean of the children would differ.
     groups = [range(0, 5), range(5, 25), range(25, 27)]
     flat_stub = flat.stub()
@@ -229,8 +231,9 @@ async def test_the_checkpoint_task_writes_on_its_interval(
 async def test_the_parent_link_runs_by_itself_and_brings_the_fleet_view_down(
     start_aggregator, make_local, moment_of, rng
 ) -> None:  # type: ignore[no-untyped-def]
-    root = await start_aggregator("root")
-    children = [await start_aggregator(f"child-{i}") for i in range(2)]
+    names = [f"child-{i}" for i in range(2)]
+    root = await start_aggregator("root", policy=SenderPolicy(frozenset(names)))
+    children = [await start_aggregator(name) for name in names]
     batches = [rng.uniform(size=(2, 6)) for _ in range(6)]
     for i, batch in enumerate(batches):
         await children[i % 2].stub().Exchange(make_local(f"n{i}", batch), timeout=5)

@@ -91,7 +91,13 @@ async def test_a_bad_model_through_any_worker_gets_invalid_argument(
             await channel.close()
     calls = agg.service.metrics.worker_totals.calls()
     assert min(calls.values()) > 0 and len(calls) == 2, calls
-    assert outcomes == {"accepted": 0, "stale": 0, "invalid": CONNECTIONS, "over_capacity": 0}
+    assert outcomes == {
+        "accepted": 0,
+        "stale": 0,
+        "invalid": CONNECTIONS,
+        "over_capacity": 0,
+        "too_large": 0,
+    }
     assert len(agg.service.store) == 0 and agg.service.reply == reply_before
 
 

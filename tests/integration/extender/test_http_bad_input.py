@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import logging
+import tracemalloc
 
-from .conftest import Extender, MakeExtender, extender_args, pod_object
+import pytest
+
+from .conftest import Extender, MakeExtender, extender_args, node_object, pod_object
 
 
 def _state(ext: Extender) -> tuple[object, ...]:
@@ -72,3 +77,91 @@ async def test_unexpected_bind_failure_is_reported_and_undone(extender: Extender
     status, body = await extender.post("bind", json.dumps(args).encode())
     assert status == 200 and body == {"Error": "connection reset by peer"}
     assert extender.service.table.reserved("n1") == 0
+
+
+DEEP = b"[" * 1000 + b"]" * 1000  # deeper than Python's recursion limit lets a decoder go
+
+
+async def test_malformed_json_and_encodings_are_400s_logged_as_one_line(
+    make_extender: MakeExtender, caplog: pytest.LogCaptureFixture
+) -> None:
+    ext: Extender = await make_extender()
+    ext.feed("n1", 5.0)
+    before = _state(ext)
+    pod = b'{"metadata":{"name":"p","namespace":"shop"}}'
+    node = json.dumps(node_object("n1")).encode()
+    cases: list[tuple[str, bytes, dict[str, str], str]] = [
+        # Nesting inside a field the extender ignores is decoded (skipped) all the same.
+        ("filter", b'{"Pod":' + pod + b',"NodeNames":["n1"],"x":' + DEEP + b"}", {}, "deeply"),
+        ("prioritize", b'{"x":' + DEEP + b"}", {}, "nested too deeply"),
+        ("preempt", b'{"Pod":' + pod + b',"x":' + DEEP + b"}", {}, "nested too deeply"),
+        ("bind", b'{"x":' + DEEP + b"}", {}, "nested too deeply"),
+        ("filter", b'{"Pod":' + pod + b',"NodeNames":' + DEEP + b"}", {}, "nested too deeply"),
+        # Strings that are not UTF-8, in each place a name is read.
+        ("bind", b'{"PodName":"\xff","PodNamespace":"shop","PodUID":"u","Node":"n1"}', {}, "UTF-8"),
+        ("filter", b'{"Pod":{"metadata":{"name":"\xff"}},"NodeNames":["n1"]}', {}, "UTF-8"),
+        ("filter", b'{"Pod":' + pod + b',"NodeNames":["n1","\xc3"]}', {}, "UTF-8"),
+        (
+            "filter",
+            b'{"Pod":'
+            + pod
+            + b',"Nodes":{"items":['
+            + node.replace(b'"n1"', b'"\xed\xa0\x80"')
+            + b']},"NodeNames":null}',
+            {},
+            "UTF-8",
+        ),
+        # Content-Encoding that does not match the body, or is unknown.
+        ("filter", b"abc", {"Content-Encoding": "gzip"}, "not valid gzip"),
+        ("filter", gzip.compress(b"{}")[:-9], {"Content-Encoding": "gzip"}, "truncated"),
+        ("filter", b"abc", {"Content-Encoding": "deflate"}, "not valid deflate"),
+        ("filter", b"{}", {"Content-Encoding": "br"}, "not supported"),
+    ]
+    caplog.set_level(logging.INFO)
+    for verb, body, headers, fragment in cases:
+        caplog.clear()
+        async with ext.session.post(f"{ext.url}/scheduler/{verb}", data=body, headers=headers) as r:
+            status, got = r.status, await r.json()
+        assert status in (400, 415), (verb, body[:60], got)
+        assert fragment in got["Error"], (verb, body[:60], got)
+        assert [(rec.levelno, rec.exc_info) for rec in caplog.records] == [(logging.WARNING, None)]
+        line = caplog.records[0].getMessage()
+        assert "\n" not in line and fragment in line, line
+    assert _state(ext) == before
+    _, metrics = await ext.get("/metrics")
+    errors = [
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith('carico_extender_requests_total{outcome="error"')
+    ]
+    assert errors and not any(errors), errors
+    # A well-formed body sent gzip-compressed is accepted as it is.
+    good = gzip.compress(extender_args(pod_object(), ["n1"]))
+    async with ext.session.post(
+        f"{ext.url}/scheduler/filter", data=good, headers={"Content-Encoding": "gzip"}
+    ) as resp:
+        assert resp.status == 200 and (await resp.json())["NodeNames"] == ["n1"]
+
+
+async def test_a_gzip_bomb_is_refused_without_inflating_it(make_extender: MakeExtender) -> None:
+    """A small gzip body that would expand far past the limit gets 413, and the server never
+    holds more than about the limit of it (Python allocations traced in this process)."""
+    limit = 1 << 20
+    ext: Extender = await make_extender(max_body=limit)
+    bomb = gzip.compress(b'{"Pod":' + b" " * (64 << 20) + b"}", compresslevel=9)
+    assert len(bomb) < limit // 4
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        async with ext.session.post(
+            f"{ext.url}/scheduler/filter", data=bomb, headers={"Content-Encoding": "gzip"}
+        ) as resp:
+            status, got = resp.status, await resp.json()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert status == 413 and "limit" in got["Error"]
+    # The client's copy of the bomb and the server's inflated limit, with room for aiohttp's
+    # buffers; inflating it whole would be 64 MiB.
+    assert peak < 4 * limit, peak
+    assert ext.service.explain.size_bytes == 0

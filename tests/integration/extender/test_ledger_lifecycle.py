@@ -111,3 +111,33 @@ async def test_managed_schedulers_empty_manages_every_pod(make_extender: MakeExt
     pod = pod_object("plain", uid="uid-plain", spec__schedulerName="default-scheduler")
     _, reply = await ext.post("filter", extender_args(pod, ["n1"]))
     assert reply["NodeNames"] == [] and "n1" in reply["FailedNodes"]
+
+
+async def test_a_refused_or_duplicate_bind_leaves_the_ledger_as_it_was(extender: Extender) -> None:
+    """A bind the cluster refuses gives back only what that very call reserved: kube-scheduler
+    retries a bind whose reply timed out after the binding was made, and the API answers that
+    retry 409 (already assigned); the first bind's reservation must survive it."""
+    extender.feed("n1", 10.0)
+    assert (await extender.post("bind", _bind("r1", "n1", "u1")))[1] == {"Error": ""}
+
+    async def state() -> object:
+        _, reservations = await extender.get("/api/v1/reservations")
+        return (
+            [(r["pod"], r["uid"], r["node"]) for r in reservations],
+            extender.service.table.reserved_counts(),
+            extender.service.ledger.open_count(),
+        )
+
+    before = await state()
+    assert before == ([("shop/r1", "u1", "n1")], {"n1": 1}, 1)
+    # The same call again, with another uid, an empty one and none, and to another node.
+    same = {"PodName": "r1", "PodNamespace": "shop", "PodUID": "u1", "Node": "n1"}
+    for change in ({}, {"PodUID": "u2"}, {"PodUID": ""}, {"PodUID": None}, {"Node": "n2"}):
+        args = {k: v for k, v in {**same, **change}.items() if v is not None}
+        status, body = await extender.post("bind", json.dumps(args).encode())
+        assert status == 200 and body["Error"], (change, body)
+        assert await state() == before, change
+    # The binding the cluster holds is the first one, and the reservation still counts.
+    assert [(b.name, b.uid, b.node) for b in extender.cluster.bindings] == [("r1", "u1", "n1")]
+    _, nodes = await extender.get("/api/v1/nodes")
+    assert [(n["name"], n["reserved"]) for n in nodes] == [("n1", 1)]

@@ -95,6 +95,9 @@ async def test_bad_requests_are_refused_with_the_reason(make_repacker: MakeRepac
         b'{"time_limit": "3"}': "number of seconds",
         b'{"time_limit": true}': "number of seconds",
         b'{"dry_run": "yes"}': "dry_run must be true or false",
+        b'{"time_limit":' + b"[" * 1000: "nested too deeply",
+        b'{"\\ud800": 1}': "unknown field(s) '\\ud800'",
+        b'{"time_limit": "\xff"}': "malformed JSON",
     }
     for body, reason in cases.items():
         status, reply = await r.post(body)
@@ -102,6 +105,10 @@ async def test_bad_requests_are_refused_with_the_reason(make_repacker: MakeRepac
         assert reason in reply["Error"], (body, reply)
     status, reply = await r.post(b'{"time_limit": 1' + b" " * 5000 + b"}")
     assert status == 413 and "4096" in reply["Error"]
+    async with r.session.post(
+        f"{r.url}/repack", data=b"abc", headers={"Content-Encoding": "gzip"}
+    ) as resp:
+        assert resp.status == 400 and "not valid gzip" in (await resp.json())["Error"]
     status, plans = await r.get("/api/v1/repack/plans")
     assert plans == []  # nothing ran
 

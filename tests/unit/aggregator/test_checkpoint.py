@@ -4,10 +4,15 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aggregator import checkpoint
 from aggregator.validate import validate_local_model
+
+from .conftest import local_model
 
 FEATURES = ("cpu", "memory")
 
@@ -94,3 +99,79 @@ def test_entries_with_another_dimension_are_skipped(make_local, rng) -> None:  #
     doc["feature_names"] = ["cpu", "memory", "io"]
     _, loaded, skipped = checkpoint.decode(json.dumps(doc).encode())
     assert loaded == [] and "d=2" in skipped[0]
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**400), max_value=10**400)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=40,
+)
+ENTRY_KEYS = ("node", "sequence", "sent_at", "received_at", "weight", "d", "r", "u", "sigma")
+VALID = json.loads(
+    checkpoint.encode(
+        FEATURES,
+        [
+            validate_local_model(
+                local_model("n1", np.random.default_rng(1).uniform(size=(2, 6)), costs=(0.1,)),
+                FEATURES,
+                100.0,
+            )[0]
+        ],
+        now=1.0,
+    )
+)["entries"][0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    names=JSON_VALUES | st.just(list(FEATURES)),
+    entries=st.lists(
+        st.dictionaries(st.sampled_from(ENTRY_KEYS), JSON_VALUES, max_size=3).map(
+            lambda changes: {**VALID, **changes}
+        )
+        | JSON_VALUES,
+        max_size=4,
+    ),
+)
+def test_a_checkpoint_of_any_shape_loads_or_is_refused_as_such(
+    names: object, entries: list
+) -> None:  # type: ignore[type-arg]
+    """Whatever a damaged or tampered file holds, decode returns valid entries or raises
+    CheckpointError: nothing else escapes (10**400 is valid JSON that no float can hold)."""
+    doc = {"format": checkpoint.FORMAT, "version": 1, "feature_names": names, "entries": entries}
+    try:
+        loaded_names, loaded, skipped = checkpoint.decode(json.dumps(doc).encode())
+    except checkpoint.CheckpointError:
+        return
+    assert loaded_names is None or all(isinstance(n, str) for n in loaded_names)
+    assert len(loaded) + len(skipped) == (len(entries) if loaded_names is not None else 0)
+
+
+def test_a_number_no_float_can_hold_skips_its_entry() -> None:
+    doc = {
+        "format": checkpoint.FORMAT,
+        "version": 1,
+        "feature_names": list(FEATURES),
+        "entries": [{**VALID, "sent_at": 10**400}, VALID],
+    }
+    names, loaded, skipped = checkpoint.decode(json.dumps(doc).encode())
+    assert [e.node for e in loaded] == ["n1"] and len(skipped) == 1
+    assert "entry 0: unusable (OverflowError" in skipped[0]
+
+
+@pytest.mark.parametrize("depth", [1000, 100_000])
+def test_nesting_deeper_than_the_parser_allows_is_a_checkpoint_error(depth: int) -> None:
+    with pytest.raises(checkpoint.CheckpointError, match="nested too deeply"):
+        checkpoint.decode(b"[" * depth + b"]" * depth)
+
+
+def test_orphan_temporary_files_of_this_checkpoint_only_are_removed(tmp_path: Path) -> None:
+    path = tmp_path / "agg.json"
+    for name in (".agg.json.x1.tmp", ".agg.json.y2.tmp", ".other.json.z3.tmp", "agg.json.tmp"):
+        (tmp_path / name).write_bytes(b"partial")
+    assert sorted(checkpoint.remove_orphans(path)) == [".agg.json.x1.tmp", ".agg.json.y2.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.json.z3.tmp", "agg.json.tmp"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from aggregator.store import OUTCOME_ACCEPTED, OUTCOME_STALE, ModelStore
-from aggregator.validate import NodeEntry, ValidationError, validate_local_model
+from aggregator.validate import NodeEntry, SenderPolicy, ValidationError, validate_local_model
 
 FEATURES = ("cpu", "memory")
 # Second moments are sums of products of numbers in [0,1]; float64 rounding over a few thousand
@@ -13,8 +13,12 @@ FEATURES = ("cpu", "memory")
 ATOL = 1e-12
 
 
+# The store trusts what validation let through; "child" may stand for more than one node.
+CHILDREN = SenderPolicy(frozenset({"child"}))
+
+
 def _entry(make_local, node: str, batch: np.ndarray, now: float = 0.0, **kw) -> NodeEntry:  # type: ignore[no-untyped-def]
-    entry, _ = validate_local_model(make_local(node, batch, **kw), None, now)
+    entry, _ = validate_local_model(make_local(node, batch, **kw), None, now, (), CHILDREN)
     return entry
 
 

@@ -6,13 +6,17 @@ import numpy as np
 import pytest
 
 from aggregator.validate import (
+    COST_SPREAD,
     MAX_WEIGHT,
+    MIN_FLEET_COSTS,
+    SenderPolicy,
     ValidationError,
     _check_factor_2x2,
     _check_factor_numpy,
     _check_factor_small,
     check_factor,
     checked_entry,
+    cost_band,
     validate_local_model,
 )
 from protos.carico.v1 import aggregator_pb2
@@ -219,4 +223,31 @@ def test_the_entry_of_a_checked_model_is_the_validated_entry(
     # What the merger builds from a model a worker validated must be what validation builds.
     message = make_local("n-1", rng.uniform(size=(dims, 9)), weight=weight, costs=costs)
     names = tuple(message.model.feature_names)
-    assert checked_entry(message, 7.0) == validate_local_model(message, names, 7.0)
+    policy = SenderPolicy(frozenset({"n-1"}))  # a child aggregator, for the weight of 7
+    assert checked_entry(message, 7.0) == validate_local_model(message, names, 7.0, (), policy)
+
+
+def test_only_a_named_child_stands_for_more_than_one_node(make_local, rng) -> None:  # type: ignore[no-untyped-def]
+    message = make_local("agg-b", rng.uniform(size=(2, 6)), weight=40, costs=(0.1,) * 40)
+    with pytest.raises(ValidationError, match="a node is one node"):
+        validate_local_model(message, FEATURES, 0.0)
+    child = SenderPolicy(frozenset({"agg-b"}), max_child_weight=40)
+    assert validate_local_model(message, FEATURES, 0.0, (), child)[0].weight == 40
+    message.weight = 41
+    with pytest.raises(ValidationError, match="above --max-child-weight 40"):
+        validate_local_model(message, FEATURES, 0.0, (), child)
+
+
+def test_costs_absurd_for_the_fleet_are_refused_once_its_median_is_known(make_local, rng) -> None:  # type: ignore[no-untyped-def]
+    assert cost_band(0.1, MIN_FLEET_COSTS - 1) is None  # too few costs to judge by
+    assert cost_band(None, 100) is None
+    band = cost_band(0.1, MIN_FLEET_COSTS)
+    assert band == pytest.approx((0.1 / COST_SPREAD, 0.1 * COST_SPREAD))
+    for cost, ok in ((0.1 * COST_SPREAD, True), (0.1 * COST_SPREAD * 1.01, False), (1e-5, False)):
+        message = make_local("n-1", rng.uniform(size=(2, 6)), costs=(cost,))
+        if ok:
+            validate_local_model(message, FEATURES, 0.0, (), band=band)
+        else:
+            with pytest.raises(ValidationError, match="absurd for this fleet"):
+                validate_local_model(message, FEATURES, 0.0, (), band=band)
+        validate_local_model(message, FEATURES, 0.0)  # without a band, only the absolute bound

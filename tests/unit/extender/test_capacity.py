@@ -24,7 +24,8 @@ from .conftest import MakeReport
         ("timestamp", 0.0, "timestamp is missing"),
         ("timestamp", -5.0, "timestamp is negative"),
         ("node", "", "node name is empty"),
-        ("node", "x" * 254, "longer than 253"),
+        ("node", "x" * 254, "at most 253"),
+        ("node", "Node_1", "not a DNS-1123 subdomain"),
         ("mode", 7, "unknown mode"),
     ],
 )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from scheduler_ext.history import NodeHistory
@@ -40,3 +42,14 @@ def test_any_count_of_points_reads_back_oldest_first(count: int) -> None:
         h.record(float(t), [("a", float(t), 0, t % 2 == 1)])
     kept = list(range(max(0, count - 3), count))
     assert h.view()["a"] == [[float(t), float(t), 0, t % 2 == 1] for t in kept]
+
+
+def test_the_chunked_json_is_the_view() -> None:
+    h = NodeHistory(points=3)
+    for t in range(5):
+        h.record(
+            float(t), [(f"n{i}", None if t == 2 else t * 0.5, t, t % 2 == 0) for i in range(7)]
+        )
+    text = b"{" + b",".join(h.json_chunks(nodes_per_chunk=3)) + b"}"
+    assert json.loads(text) == h.view()
+    assert len(list(h.json_chunks(nodes_per_chunk=3))) == 3

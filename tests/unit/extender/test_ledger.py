@@ -37,11 +37,34 @@ def test_reserve_checks_capacity_and_is_idempotent(make_report: MakeReport) -> N
 
 def test_undo_gives_the_unit_back(make_report: MakeReport) -> None:
     ledger = _ledger(make_report)
-    ledger.reserve(pod("a"), "n1", 1.0)
-    assert not ledger.undo(pod("a"), "n2")
-    assert not ledger.undo(pod("a", uid="other"), "n1")
-    assert ledger.undo(pod("a"), "n1")
+    made = ledger.reserve(pod("a"), "n1", 1.0)
+    assert ledger.undo(made)
     assert ledger.table.reserved("n1") == 0 and ledger.ended[Release.UNDONE] == 1
+    assert not ledger.undo(made)  # once only
+
+
+def test_undo_touches_only_what_its_own_reserve_made(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("a"), "n1", 1.0)
+    before = ([(r.key, r.uid, r.node, r.created_at) for r in ledger.reservations()], 1)
+    # The same pod again (a retried bind): nothing made, so nothing to give back.
+    again = ledger.reserve(pod("a"), "n1", 2.0)
+    assert again.ok and again.made is None
+    assert not ledger.undo(again)
+    # Another uid under the name displaces the reservation; its undo brings the first one back.
+    other = ledger.reserve(pod("a", uid="u2"), "n2", 3.0)
+    assert other.ok and ledger.table.reserved_counts() == {"n2": 1}
+    assert ledger.undo(other)
+    after = [(r.key, r.uid, r.node, r.created_at) for r in ledger.reservations()]
+    assert (after, ledger.table.reserved("n1")) == before
+    assert ledger.table.reserved_counts() == {"n1": 1}
+    assert ledger.created - sum(ledger.ended.values()) == ledger.open_count() == 1
+    # A reservation a pod event replaced meanwhile is not the call's to undo.
+    third = ledger.reserve(pod("a", uid="u3"), "n2", 4.0)
+    ledger.observe(PodState(pod("a", uid="u3"), "n2", "Running"), 5.0)
+    ledger.observe(PodState(pod("a", uid="u4"), "n2", "Pending"), 5.0)
+    assert not ledger.undo(third)
+    assert [(r.uid, r.node) for r in ledger.reservations()] == [("u4", "n2")]
 
 
 def test_stale_data_at_bind(make_report: MakeReport) -> None:

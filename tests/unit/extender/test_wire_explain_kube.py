@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from scheduler_ext import wire
-from scheduler_ext.explain import ExplainLog
+from scheduler_ext.explain import ENTRY_BYTES, POD_BYTES, ExplainLog
 from scheduler_ext.kube import api_error_message, parse_pod_list, parse_watch_event
 from scheduler_ext.pods import facts_from_wire
 
@@ -70,7 +70,7 @@ def test_wrong_types_are_validation_errors() -> None:
 
 
 def test_explain_is_bounded_lru() -> None:
-    log = ExplainLog(max_pods=2, max_bytes=1000)
+    log = ExplainLog(max_pods=2, max_bytes=10_000)
     body = wire.encode(wire.FilterResultNames(["a"], {"b": "full"}, {}))
     log.record("ns/p1", "filter", 10.0, body, None)
     log.record("ns/p2", "filter", 11.0, body, None)
@@ -90,12 +90,18 @@ def test_explain_is_bounded_lru() -> None:
     assert p1["prioritize"]["scores"] == {"a": 7}
     assert log.explain("ns/p3", 20.0)["filter"]["exempt"] == "owned by a DaemonSet"  # type: ignore[index]
     # The byte bound drops the oldest pods too, and never stores one oversize entry.
-    log.record("ns/big", "filter", 14.0, b"x" * 1001, None)
+    log.record("ns/big", "filter", 14.0, b"x" * 10_001, None)
     assert log.explain("ns/big", 20.0) is None
-    tight = ExplainLog(max_pods=100, max_bytes=2 * len(body))
+    one = POD_BYTES + len("ns/0") + ENTRY_BYTES + len(body)
+    tight = ExplainLog(max_pods=100, max_bytes=2 * one)
     for i in range(5):
         tight.record(f"ns/{i}", "filter", 1.0, body, None)
-    assert len(tight) == 2 and tight.size_bytes <= 2 * len(body)
+    assert len(tight) == 2 and tight.size_bytes == 2 * one
+    # The pod's key counts too: long names leave room for fewer pods.
+    tight.record("ns/" + "p" * 2 * one, "filter", 2.0, body, None)
+    assert tight.explain("ns/" + "p" * 2 * one, 3.0) is None and len(tight) == 2
+    tight.record("ns/" + "p" * (one // 2), "filter", 2.0, body, None)
+    assert len(tight) == 1 and tight.size_bytes <= tight.max_bytes
 
 
 def test_pod_list_and_watch_events_from_the_api() -> None:

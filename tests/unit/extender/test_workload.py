@@ -40,6 +40,10 @@ def workload(**changes: Any) -> capacity_pb2.GlobalWorkload:
         ({"feature_names": ["cpu", "cpu"]}, "unique"),
         ({"age_seconds": -1.0}, "age_seconds is -1.0"),
         ({"computed_at": math.inf}, "computed_at is inf"),
+        # What the table keeps of each node stays small.
+        ({"feature_names": ["cpu", "m" * 64]}, "longer than 63"),
+        ({"aggregator": "a" * (1 << 20)}, "aggregator is 1048576 characters long"),
+        ({"aggregator": "Agg A"}, "not a DNS-1123 subdomain"),
     ],
 )
 def test_a_bad_global_workload_refuses_the_report(
