@@ -43,6 +43,16 @@ def _single_threaded_blas() -> None:
         os.environ.setdefault(name, "1")
 
 
+def _level(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from exc
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
 def _features(text: str) -> tuple[str, ...]:
     from agent.telemetry import parse_features
 
@@ -103,6 +113,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=pipe.hold_s,
         type=non_negative_float,
         help="seconds estimation halts after the last pod event",
+    )
+    add_env_argument(
+        g,
+        "--full-level",
+        default=pipe.full_level,
+        type=_level,
+        help="level of a feature (0-1] at which the node counts as full: lower keeps pods "
+        "faster, higher packs more per node",
+    )
+    add_env_argument(
+        g,
+        "--max-classes",
+        default=pipe.max_classes,
+        type=positive_int,
+        help="workload classes whose cost the node keeps (least recently seen dropped)",
     )
     add_env_argument(
         g,
@@ -260,6 +285,8 @@ def _run(args: argparse.Namespace) -> int:
             hold_s=args.churn_hold,
             prior_per_pod_cost=args.prior_per_pod_cost,
             global_ttl_s=args.global_ttl,
+            full_level=args.full_level,
+            max_classes=args.max_classes,
         )
     except ValueError as exc:
         print(f"carico agent: {exc}", file=sys.stderr)

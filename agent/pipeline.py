@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from agent.class_capacity import CapacityView, ClassCapacity
 from agent.telemetry import Sample
+from carico.footprint import FleetSummary, Footprint
 from carico.model import (
     DEFAULT_K_MAX,
     CostCapacityEstimator,
@@ -33,6 +36,7 @@ from carico.model import (
     SubspaceModel,
     capacity_signal,
 )
+from carico.pods import PodClass
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,12 @@ class PipelineConfig:
     # A global model older than this (the aggregator has been unreachable) is no longer merged:
     # the node falls back to its own model rather than lean on a fleet view of unknown age.
     global_ttl_s: float = 300.0
+    # The level of a feature at which the node counts as full (k, avail and the per-class
+    # headroom alike): a trade-off between pod completion (lower) and utilisation (higher);
+    # docs/architecture.md#avail says how the default was measured.
+    full_level: float = 0.85
+    # Workload classes whose footprints a node keeps (least recently seen dropped).
+    max_classes: int = 64
     ema: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -71,6 +81,10 @@ class PipelineConfig:
             raise ValueError("the global model's time to live must be positive")
         if self.pods_lag_samples < 0 or not 0 <= self.censor_headroom < 1:
             raise ValueError("pods_lag_samples must be >= 0 and censor_headroom in [0, 1)")
+        if not 0 < self.full_level <= 1:
+            raise ValueError("full_level must be in (0, 1]")
+        if self.max_classes < 1:
+            raise ValueError("max_classes must be at least 1")
 
     @property
     def batch_seconds(self) -> float:
@@ -109,6 +123,7 @@ class CapacityReport:
     model_age_s: float
     samples_missing: int
     cost_source: str
+    classes: CapacityView | None = None  # per-class capacity (None until the node size is known)
 
 
 class AgentPipeline:
@@ -139,6 +154,16 @@ class AgentPipeline:
         self._j = -1  # the resource that limited k at the last batch
         # pod counts of the last samples, oldest first, for the lag-matched count
         self._pod_history: deque[int] = deque(maxlen=self.config.pods_lag_samples + 3)
+        self.classes = ClassCapacity(
+            self.feature_names,
+            self.config.full_level,
+            self.config.max_classes,
+            # the smoothed signal sees the pods of this long ago (see pods_lag_samples)
+            lag=self.config.pods_lag_samples / self.config.sample_hz,
+        )
+        # CPU utilisation and pressure since the last per-pod usage reading (sums, counts)
+        self._cpu_sums = [0.0, 0.0, 0, 0]
+        self._default: Footprint | None = None  # the last legacy p̂·w in absolute units
 
     # -- inputs -------------------------------------------------------------------------------
 
@@ -155,6 +180,14 @@ class AgentPipeline:
             return False
         return self.estimator.set_prior(per_pod_cost)
 
+    def set_fleet_classes(self, fleet: FleetSummary) -> None:
+        """The aggregator's per-class medians and request ratios (priors for unlearned classes)."""
+        self.classes.fleet = fleet
+
+    def set_pods(self, now: float, running: Mapping[str, PodClass]) -> None:
+        """The running workload pods by uid, with their classes (from the pod watch)."""
+        self.classes.set_running(now, running)
+
     def step(
         self, now: float, sample: Sample, pods: int | None, pod_event: bool = False
     ) -> CapacityReport | None:
@@ -168,6 +201,29 @@ class AgentPipeline:
         """
         self.samples += 1
         self._psi_available = sample.psi_available
+        self.classes.set_node(sample.cores, sample.memory_bytes)
+        if sample.running is not None:
+            self.classes.set_running(now, sample.running)
+        sums = self._cpu_sums
+        if math.isfinite(sample.cpu_util):
+            sums[0] += sample.cpu_util
+            sums[2] += 1
+        if math.isfinite(sample.psi_cpu):
+            sums[1] += sample.psi_cpu
+            sums[3] += 1
+        learned = False
+        if sample.pod_usage is not None:
+            util_sum, psi_sum, n_util, n_psi = sums
+            self._cpu_sums = [0.0, 0.0, 0, 0]
+            known = len(self.classes.learner)
+            self.classes.measure(
+                now,
+                sample.pod_usage,
+                util_sum / n_util if n_util else math.nan,
+                psi_sum / n_psi if n_psi else math.nan,
+                sample.psi_available,
+            )
+            learned = len(self.classes.learner) > known
         if sample.missing:
             self.samples_missing += 1
             self._batch_missing += 1
@@ -175,8 +231,10 @@ class AgentPipeline:
         if pod_event:
             self._batch_event = True
             self._last_event = now
-            if pods is not None:
-                early = self._churn_report(now, pods)
+        if (pod_event or learned) and pods is not None:
+            # The running pods changed, or a class got its first measurement: tell the extender
+            # now rather than at the end of the batch.
+            early = self._churn_report(now, pods, churn=pod_event)
         if pods is not None:
             self._pod_history.append(pods)
         self._y = self.ema.update_values(sample.features)
@@ -192,24 +250,43 @@ class AgentPipeline:
             return None
         return sum(history[i] for i in range(3)) / 3.0
 
-    def _churn_report(self, now: float, pods: int) -> CapacityReport | None:
+    def _churn_report(self, now: float, pods: int, churn: bool = True) -> CapacityReport | None:
         """At a pod event, switch to estimate mode at once instead of at the end of the batch.
 
-        Nothing is learned here: the report repeats the last one with the new pod count and
-        avail = ĉ/p̂ − n, so the extender hears about the churn without waiting up to a second.
+        Nothing is learned here: the report repeats the last one with the new pod count,
+        avail = ĉ/p̂ − n and the per-class headroom with the running pods as they are now, so the
+        extender hears about the churn without waiting up to a second. With per-class data this
+        report is made in every mode: the headroom changed.
         """
         last, est = self.last_report, self.estimator
-        if last is None or last.mode == "estimate" or not math.isfinite(est.capacity):
+        if last is None:
             return None
-        report = replace(
-            last,
-            now=now,
-            pods=pods,
-            mode="estimate",
-            avail=est.avail(last.k, pods, "estimate"),
-            churn=True,
-            samples_missing=self.samples_missing,
-        )
+        classes = last.classes
+        if classes is not None and self._default is not None:
+            # The running pods changed: the expected use counts them at once, in every mode.
+            classes = self.classes.view(now, None, self._psi_available, self._default, False)
+        if churn and last.mode != "estimate" and math.isfinite(est.capacity):
+            report = replace(
+                last,
+                now=now,
+                pods=pods,
+                mode="estimate",
+                avail=est.avail(last.k, pods, "estimate"),
+                churn=True,
+                samples_missing=self.samples_missing,
+                classes=classes,
+            )
+        elif classes is not None:
+            report = replace(
+                last,
+                now=now,
+                pods=pods,
+                churn=churn or last.churn,
+                samples_missing=self.samples_missing,
+                classes=classes,
+            )
+        else:
+            return None
         self.last_report = report
         return report
 
@@ -243,17 +320,17 @@ class AgentPipeline:
                 view.model, self.local, max(view.contributing_nodes - 1, 0), 1.0
             )
             age = max(0.0, now - view.received_at)
-        k = capacity_signal(y, model, k_max=cfg.k_max)
+        k = capacity_signal(y, model, k_max=cfg.k_max, level=cfg.full_level)
         # Pods changed, or still settling after a recent event: the estimator must not learn.
         churn = event or (now - self._last_event < cfg.hold_s and not self.ema.settled)
         est = self.estimator
         sigma1, u1 = model.top()
         w = sigma1 * u1
         used = w > 0.0
-        censored = bool(np.any(y[used] >= 1.0 - cfg.censor_headroom))
+        censored = bool(np.any(y[used] >= cfg.full_level - cfg.censor_headroom))
         if used.any():
             # k's unit is w along the resource that limits it; keep the estimator in step.
-            j = int(np.flatnonzero(used)[np.argmin((1.0 - y[used]) / w[used])])
+            j = int(np.flatnonzero(used)[np.argmin((cfg.full_level - y[used]) / w[used])])
             # While the same resource limits k, a model update only changes k's unit; when
             # another resource takes over, k(n) continues on another line.
             if self._w is not None and j == self._j and self._w[j] > 0.0:
@@ -281,6 +358,12 @@ class AgentPipeline:
         # refused pods waiting in kube-scheduler's queues; docs/simulator.md).
         if censored and mode == "live":
             avail = 0.0
+        classes = None
+        if math.isfinite(self.classes.cores) and math.isfinite(self.classes.memory_bytes):
+            self._default = self.classes.default_footprint(
+                est.per_pod_cost, w if used.any() else None, self._psi_available
+            )
+            classes = self.classes.view(now, y, self._psi_available, self._default, not churn)
         report = CapacityReport(
             now=now,
             avail=avail,
@@ -296,6 +379,7 @@ class AgentPipeline:
             model_age_s=age,
             samples_missing=self.samples_missing,
             cost_source=est.cost_source,
+            classes=classes,
         )
         self.last_report = report
         return report

@@ -17,13 +17,15 @@ Features (0 = empty, 1 = full):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 if TYPE_CHECKING:  # numpy itself is not needed here: the host source builds no arrays
     import numpy as np
     from numpy.typing import NDArray
+
+    from carico.pods import PodClass
 
 # One value per configured feature: a tuple of floats from the host source (no numpy array per
 # sample at 10 Hz), any 1-D float array from other sources.
@@ -52,6 +54,14 @@ def parse_features(text: str) -> tuple[str, ...]:
     return names
 
 
+@dataclass(frozen=True, slots=True)
+class PodUsage:
+    """One pod's cumulative CPU time (seconds) and its current memory (bytes), from its cgroup."""
+
+    cpu_seconds: float
+    memory_bytes: float
+
+
 @dataclass(frozen=True)
 class Sample:
     """One telemetry sample.
@@ -59,6 +69,13 @@ class Sample:
     ``features`` has one value per configured feature, NaN where missing; ``missing`` says the
     sample was (partly) unreadable or malformed — counted in a metric; ``pods`` is the workload pod
     count when the source knows it (the simulator), else None.
+
+    ``cpu_util`` and ``psi_cpu`` are the node's CPU utilisation and CPU pressure (NaN when not
+    read); ``cores`` and ``memory_bytes`` its size (NaN when unknown). ``pod_usage``, per pod uid,
+    is each pod's own usage, from the sources that read it (once a second is enough: it feeds the
+    per-class footprints, not the 10 Hz signal); None when the source did not read it.
+    ``running`` is the node's running workload pods with their classes, from a source that knows
+    them (the simulator) and only when they changed; None otherwise (the pod watch tells).
     """
 
     features: FeatureVector
@@ -66,6 +83,12 @@ class Sample:
     missing: bool = False
     pods: int | None = None
     problems: tuple[str, ...] = field(default=())
+    cpu_util: float = math.nan
+    psi_cpu: float = math.nan
+    cores: float = math.nan
+    memory_bytes: float = math.nan
+    pod_usage: Mapping[str, PodUsage] | None = None
+    running: Mapping[str, PodClass] | None = None
 
 
 class TelemetrySource(Protocol):
@@ -200,3 +223,57 @@ def cpu_feature(util: float | None, psi_cpu_some: float | None, psi_available: b
     if psi_cpu_some is None:
         return math.nan
     return (util + psi_cpu_some) / 2.0
+
+
+# A node counts as saturated, for the attribution of pods' CPU, when pressure is this close to 1.
+SATURATED_PSI = 0.95
+
+
+def pod_cpu_demand(
+    usage_cores: float, cpu_util: float, psi_cpu: float, psi_available: bool
+) -> tuple[float, bool]:
+    """A pod's CPU demand in cores from its usage, and whether that is only a lower bound.
+
+    On a contended node the scheduler shares the cores out, so a pod gets less than it demands.
+    The node's ``cpu`` feature (util + psi)/2 grows with the runnable threads T as T / (2·cores)
+    up to 2·cores (utilisation counts the threads that run, pressure the ones that wait), so the
+    node's demand over what it got is (util + psi)/util, and a pod's demand is its usage times
+    that ratio. Once pressure saturates (≥ SATURATED_PSI) the demand is only a lower bound.
+    Without pressure information the usage is all there is.
+
+    >>> pod_cpu_demand(1.0, 1.0, 0.5, True)  # 6 threads on 4 cores: each gets 4/6 of a core
+    (1.5, False)
+    >>> pod_cpu_demand(2.0, 1.0, 1.0, True)
+    (4.0, True)
+    >>> pod_cpu_demand(0.5, 0.3, 0.0, False)
+    (0.5, False)
+    """
+    if not psi_available or not (math.isfinite(cpu_util) and math.isfinite(psi_cpu)):
+        return usage_cores, False
+    if cpu_util <= 0.05:  # an idle node: nothing to share out
+        return usage_cores, False
+    psi = min(max(psi_cpu, 0.0), 1.0)
+    return usage_cores * (min(cpu_util, 1.0) + psi) / min(cpu_util, 1.0), psi >= SATURATED_PSI
+
+
+def feature_scale(
+    names: Sequence[str], cores: float, memory_bytes: float, psi_available: bool
+) -> tuple[tuple[float, float], ...]:
+    """Per feature, how much of it one core of CPU demand and one byte of memory are.
+
+    ``cpu``: 1 / (2·cores) with pressure (see :func:`pod_cpu_demand`), 1 / cores without;
+    ``memory``: 1 / MemTotal. The pressure features are not additive per pod: 0 (a pod is not
+    charged for them; a node whose pressure is at its full level still takes no pod).
+
+    >>> feature_scale(("cpu", "memory", "io_pressure"), 4, 8e9, True)
+    ((0.125, 0.0), (0.0, 1.25e-10), (0.0, 0.0))
+    """
+    out = []
+    for name in names:
+        if name == "cpu" and cores > 0:
+            out.append((1.0 / (2.0 * cores if psi_available else cores), 0.0))
+        elif name == "memory" and memory_bytes > 0:
+            out.append((0.0, 1.0 / memory_bytes))
+        else:
+            out.append((0.0, 0.0))
+    return tuple(out)

@@ -8,12 +8,15 @@ aggregator is refused and the agent goes on with its local model.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from agent.pipeline import CapacityReport
+from carico.footprint import ClassFootprint, FleetSummary, Footprint
 from carico.model import SubspaceModel, expected_workload
+from carico.pods import Requests
 from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 MODES = {
@@ -105,6 +108,7 @@ def local_model_message(
     model: SubspaceModel,
     feature_names: tuple[str, ...],
     learned_per_pod_cost: float | None,
+    learned_classes: Sequence[ClassFootprint] = (),
 ) -> aggregator_pb2.LocalModel:
     costs = [learned_per_pod_cost] if learned_per_pod_cost is not None else []
     return aggregator_pb2.LocalModel(
@@ -114,6 +118,40 @@ def local_model_message(
         model=factor_to_wire(model, feature_names),
         weight=1,
         per_pod_costs=costs,
+        class_footprints=[class_footprint_message(c) for c in learned_classes],
+    )
+
+
+def class_footprint_message(c: ClassFootprint, pods: int = 0) -> capacity_pb2.ClassFootprint:
+    return capacity_pb2.ClassFootprint(
+        workload_class=c.name,
+        cpu_cores=_finite(c.footprint.cpu),
+        memory_bytes=_finite(c.footprint.memory),
+        source=c.source,
+        pods=pods,
+        samples=c.samples,
+        request_cpu_cores=_finite(c.requests.cpu),
+        request_memory_bytes=_finite(c.requests.memory),
+    )
+
+
+def class_footprint_from_wire(m: capacity_pb2.ClassFootprint) -> ClassFootprint:
+    return ClassFootprint(
+        m.workload_class,
+        Footprint(m.cpu_cores, m.memory_bytes),
+        m.source,
+        int(m.samples),
+        Requests(m.request_cpu_cores, m.request_memory_bytes),
+    )
+
+
+def fleet_from_wire(priors: aggregator_pb2.FleetPriors) -> FleetSummary:
+    """The aggregator's per-class medians and request ratios, as the pipeline's fleet view."""
+    classes = {
+        m.workload_class: Footprint(m.cpu_cores, m.memory_bytes) for m in priors.class_medians
+    }
+    return FleetSummary.of(
+        classes, priors.cpu_request_ratio or None, priors.memory_request_ratio or None
     )
 
 
@@ -133,7 +171,7 @@ def node_capacity_message(
     ``global_workload`` is the latest global model the agent accepted (None: none yet); its age
     is taken at the report's own (monotonic) time.
     """
-    return capacity_pb2.NodeCapacity(
+    msg = capacity_pb2.NodeCapacity(
         node=node,
         avail=_finite(report.avail),
         k=_finite(report.k),
@@ -153,3 +191,13 @@ def node_capacity_message(
         feature_names=list(feature_names),
         global_workload=global_workload_message(global_workload, feature_names, report.now),
     )
+    view = report.classes
+    if view is not None:
+        msg.headroom.extend(view.headroom)
+        msg.scale.extend(capacity_pb2.FeatureScale(per_core=c, per_byte=b) for c, b in view.scale)
+        msg.classes.extend(class_footprint_message(c.footprint, c.pods) for c in view.classes)
+        msg.full_level = view.full_level
+        msg.cpu_cores = _finite(view.cores)
+        msg.memory_bytes = _finite(view.memory_bytes)
+        msg.default_footprint.CopyFrom(class_footprint_message(view.default))
+    return msg

@@ -38,6 +38,8 @@ aggregator (``set_prior``) or else the configured ``prior_per_pod_cost``.
 
 Pure: no I/O, time comes in as ``now`` (seconds, any monotonic origin).
 Neighbours: ``carico.signal`` provides k; the agent passes pods and churn and reports ``avail``.
+(About 600 lines: the three filters share their state, noise model and halting rules, so they
+stay one class.)
 """
 
 from __future__ import annotations

@@ -5,12 +5,13 @@ Design: docs/architecture.md#capacity-signal.
 From the merged model M take the top singular pair (σ₁, u₁), u₁ made non-negative; the expected
 workload is w = σ₁·u₁ (σ₁ is a singular value of the mean second moment, i.e. an RMS length in
 telemetry units, so w lives in the same [0,1] units as y). With y the node's current smoothed
-telemetry, k is the largest k with y + k·w < 1 in every dimension:
+telemetry and L the level at which a resource counts as full (1 unless configured lower), k is
+the largest k with y + k·w < L in every dimension:
 
-    k = min over j with w_j > ε of (1 − y_j) / w_j,   clamped to [0, k_max].
+    k = min over j with w_j > ε of (L − y_j) / w_j,   clamped to [0, k_max].
 
 A node whose usage is orthogonal to the expected workload shows a higher k; a node loaded along it a
-lower k. A resource that is already full (y_j ≥ 1) gives k = 0 whatever w says: nothing more fits.
+lower k. A resource that is already full (y_j ≥ L) gives k = 0 whatever w says: nothing more fits.
 Pure: no I/O, no clock.
 
 Neighbours: ``carico.subspace`` provides the model, ``carico.estimator`` turns k into pods.
@@ -53,6 +54,7 @@ def capacity_signal(
     model: SubspaceModel,
     k_max: float = DEFAULT_K_MAX,
     eps: float = DEFAULT_EPS,
+    level: float = 1.0,
 ) -> float:
     """The capacity signal k of telemetry ``y`` (shape ``(d,)``) under ``model``, in [0, k_max].
 
@@ -70,7 +72,11 @@ def capacity_signal(
     0.0
     >>> capacity_signal([0.5, 0.5], SubspaceModel(np.eye(2), [0.0, 0.0]), k_max=50.0)
     50.0
+    >>> round(capacity_signal([0.4, 0.2], model, level=0.7), 12)  # full at 70 %: (0.7 − 0.4)/0.3
+    1.0
     """
+    if not (isinstance(level, int | float) and 0.0 < level <= 1.0):
+        raise ValueError(f"level must be in (0, 1], got {level!r}")
     if not (isinstance(k_max, int | float) and math.isfinite(k_max) and k_max >= 0):
         raise ValueError(f"k_max must be a finite number >= 0, got {k_max!r}")
     if not (isinstance(eps, int | float) and math.isfinite(eps) and eps >= 0):
@@ -80,11 +86,11 @@ def capacity_signal(
         raise ValueError(f"y must have shape ({model.d},) to match the model, got {y_arr.shape}")
     if not np.all(np.isfinite(y_arr)):
         raise ValueError("y contains NaN or inf (telemetry not available for every feature)")
-    if np.any(y_arr >= 1.0):
+    if np.any(y_arr >= level):
         return 0.0
     w = expected_workload(model)
     used = w > eps
     if not used.any():
         return float(k_max)
-    k = float(np.min((1.0 - y_arr[used]) / w[used]))
+    k = float(np.min((level - y_arr[used]) / w[used]))
     return min(max(k, 0.0), float(k_max))

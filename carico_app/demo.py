@@ -42,6 +42,9 @@ from typing import Any
 import numpy as np
 
 from carico.cliargs import positive_float
+from carico.pods import DEFAULT_MANAGED_SCHEDULERS
+
+CARICO_PROFILE = next(iter(DEFAULT_MANAGED_SCHEDULERS))
 
 NAMESPACE = "demo"
 SIM_FEATURES = ("cpu", "memory")
@@ -205,6 +208,10 @@ class Stats:
     fail_open: int = 0  # filter passes of a node whose data was stale or missing
     bind_refused: int = 0
     errors: list[str] = field(default_factory=list)
+    peak_running: Counter[str] = field(default_factory=Counter)
+    peak_oversubscription: dict[str, float] = field(default_factory=dict)  # threads per core
+    # simulated seconds a node ran more pods than its capacity while another had room
+    over_while_room: float = 0.0
 
 
 class Demo:
@@ -299,11 +306,13 @@ class Demo:
 
         dt = self.sim.params.dt
         next_at = time.monotonic()
+        capacity = self.true_capacity()
         while True:
             # Catch up at most 1 s of simulated time after a stall rather than spinning forever.
             behind = min(10, max(1, int((time.monotonic() - next_at) / dt) + 1))
             for _ in range(behind):
                 events = self.sim.step()
+                self.observe(capacity, dt)
                 for i in events.started.tolist():
                     if i in self.keys and self.keys[i] in self.cluster.pods:
                         self.cluster.set_phase(self.keys[i], "Running")
@@ -314,6 +323,26 @@ class Demo:
                         self.stats.completed += 1
             next_at += behind * dt
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+    def true_capacity(self) -> np.ndarray:
+        """The demo's 1-thread pods each node can run under the agents' full level: the cpu
+        feature (utilisation + pressure)/2 is runnable threads / (2·cores), and a pod counts
+        when more than half of it fits (docs/architecture.md#decisions)."""
+        from agent.pipeline import PipelineConfig
+
+        node = self.sim.params.node
+        threads = PipelineConfig().full_level * 2 * node.cores - node.base_cpu_threads
+        return np.full(self.args.nodes, math.floor(threads + 0.5), dtype=np.int64)
+
+    def observe(self, capacity: np.ndarray, dt: float) -> None:
+        running = self.sim.running_count
+        s = self.stats
+        for i, name in enumerate(self.sim_names):
+            s.peak_running[name] = max(s.peak_running[name], int(running[i]))
+            over = float(self.sim.demand[i] / self.sim.cores[i])
+            s.peak_oversubscription[name] = max(s.peak_oversubscription.get(name, 0.0), over)
+        if bool(np.any(running > capacity)) and bool(np.any(running < capacity)):
+            s.over_while_room += dt
 
     # -- the workload --------------------------------------------------------------------------
 
@@ -333,6 +362,14 @@ class Demo:
         return i
 
     async def workload(self, session: Any) -> None:
+        # Pods arrive once every simulated node has reported (a few seconds), as in a cluster
+        # whose agents run before its workloads; past 15 s they arrive anyway (fail-open).
+        deadline = time.monotonic() + 15.0
+        while time.monotonic() < deadline:
+            reported = {n["name"] for n in self.extender_nodes() if n.get("reported")}
+            if reported >= set(self.sim_names):
+                break
+            await asyncio.sleep(0.2)
         start = time.monotonic()
         next_arrival = start
         while True:
@@ -360,7 +397,12 @@ class Demo:
         key = self.keys[i]
         name = key.split("/", 1)[1]
         uid = f"uid-{name}"
-        pod = {"metadata": {"name": name, "namespace": NAMESPACE, "uid": uid}, "spec": {}}
+        # Pods opt in to Carico as real ones do; a pod of another scheduler passes every node
+        # untouched (the extender manages only its own profile's pods).
+        pod = {
+            "metadata": {"name": name, "namespace": NAMESPACE, "uid": uid},
+            "spec": {"schedulerName": CARICO_PROFILE},
+        }
         args = {"Pod": pod, "NodeNames": self.sim_names, "Nodes": None}
         s = self.stats
         try:
@@ -440,15 +482,21 @@ class Demo:
             f"  decisions: filter calls {s.filter_calls}, no node fitted {s.no_fit}, "
             f"bind refused {s.bind_refused}, fail-open passes of stale or unreported nodes "
             f"{s.fail_open}",
-            "  per node: placed / reporting avail, reserved, pods",
+            f"  a node over its capacity ({int(self.true_capacity()[0])} pods under the full level)"
+            f" while another had room: {s.over_while_room:.1f} s",
+            "  per node: placed, peak running pods, peak runnable threads per core /"
+            " reporting avail, reserved, pods",
         ]
         names = sorted(set(nodes) | set(self.sim_names))
         for name in names:
             n = nodes.get(name, {})
             avail = n.get("avail")
             state = "no report" if not n.get("reported") else ("STALE" if n["stale"] else "fresh")
+            peak = s.peak_oversubscription.get(name)
             lines.append(
                 f"    {name:<24} placed {s.placed.get(name, 0):>4}  "
+                f"peak {s.peak_running.get(name, 0):>3} pods"
+                f" {'' if peak is None else f'{peak:4.2f}'} threads/core  "
                 f"avail {'-' if avail is None else f'{avail:7.2f}'}  "
                 f"reserved {n.get('reserved', 0):>3}  pods {n.get('pods', '-')!s:>3}  {state}"
             )

@@ -106,6 +106,16 @@ class ExtenderConfig:
         return out
 
 
+# The pod back-off of Carico's kube-scheduler: 1 s, and at most POD_MAX_BACKOFF_SECONDS
+# (kube-scheduler's defaults are 1 and 10). A pod the extender turns away waits for measured room,
+# which frees within seconds as pods start and end; kube-scheduler requeues such a pod on every
+# cluster event, so its back-off grows with every retry, and at 10 s (or 2 s) it slept through the
+# room that freed. The cost: a pending pod is tried about once a second
+# (docs/architecture.md#decisions has the measurement).
+POD_INITIAL_BACKOFF_SECONDS = 1
+POD_MAX_BACKOFF_SECONDS = 1
+
+
 def scheduler_configuration(
     *,
     kubeconfig: str | None = None,
@@ -150,6 +160,8 @@ def scheduler_configuration(
         "kind": "KubeSchedulerConfiguration",
         "leaderElection": leader,
         "clientConnection": client,
+        "podInitialBackoffSeconds": POD_INITIAL_BACKOFF_SECONDS,
+        "podMaxBackoffSeconds": POD_MAX_BACKOFF_SECONDS,
         "profiles": [{"schedulerName": name} for name in profiles],
     }
     if extenders:

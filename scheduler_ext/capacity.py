@@ -28,14 +28,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from carico.footprint import SOURCES, ClassFootprint, FleetSummary, Footprint
 from carico.names import MAX_SUBDOMAIN, subdomain_problem
+from carico.pods import MAX_CLASS_NAME, Requests
 from protos.carico.v1 import capacity_pb2
+from scheduler_ext.class_fit import Fit, FleetView, NodeClasses, node_fit
 from scheduler_ext.workload import GlobalWorkload, validate_workload
 
 INITIAL_SLOTS = 1024
 MAX_NODE_NAME = MAX_SUBDOMAIN  # a Node name is a DNS subdomain
 # Reports claiming more than this many free pods are absurd (kubelet's max-pods tops out far lower).
 MAX_AVAIL = 1e6
+# A node passes the filter when this many pods of the incoming pod's class fit (avail − reserved
+# for a node without per-class data).
+DEFAULT_THRESHOLD = 1.0
+# A node reports the classes of the pods running on it: far fewer than this.
+MAX_REPORTED_CLASSES = 256
+MAX_FEATURES = 64
+NO_REQUESTS = Requests()
 
 
 class Ingest(enum.Enum):
@@ -72,6 +82,8 @@ class NodeReport:
     timestamp: float
     received_at: float
     global_workload: GlobalWorkload | None = None  # the global model the agent last received
+    feature_names: tuple[str, ...] = ()
+    classes: NodeClasses | None = None  # per-class data (None: an agent without it)
 
     @classmethod
     def from_message(cls, msg: capacity_pb2.NodeCapacity, received_at: float) -> NodeReport:
@@ -93,7 +105,68 @@ class NodeReport:
             timestamp=msg.timestamp,
             received_at=received_at,
             global_workload=GlobalWorkload.from_message(msg.global_workload),
+            feature_names=tuple(msg.feature_names),
+            classes=_classes(msg),
         )
+
+
+def _footprint(c: capacity_pb2.ClassFootprint) -> ClassFootprint:
+    return ClassFootprint(
+        c.workload_class,
+        Footprint(c.cpu_cores, c.memory_bytes),
+        c.source,
+        int(c.samples),
+        Requests(c.request_cpu_cores, c.request_memory_bytes),
+    )
+
+
+def _classes(msg: capacity_pb2.NodeCapacity) -> NodeClasses | None:
+    if not msg.headroom:
+        return None
+    names = tuple(msg.feature_names) or tuple(f"f{i}" for i in range(len(msg.headroom)))
+    default = msg.default_footprint
+    return NodeClasses(
+        feature_names=names,
+        headroom=np.array(msg.headroom, dtype=np.float64),
+        scale=np.array([(s.per_core, s.per_byte) for s in msg.scale], dtype=np.float64),
+        classes={c.workload_class: _footprint(c) for c in msg.classes},
+        pods={c.workload_class: int(c.pods) for c in msg.classes},
+        default=Footprint(default.cpu_cores, default.memory_bytes),
+        full_level=msg.full_level,
+        cores=msg.cpu_cores,
+        memory_bytes=msg.memory_bytes,
+    )
+
+
+def _validate_classes(msg: capacity_pb2.NodeCapacity) -> str | None:
+    """Why the per-class part of a report must be refused, or None."""
+    if not msg.headroom:
+        return None
+    d = len(msg.headroom)
+    if d > MAX_FEATURES:
+        return f"{d} headroom values: more than {MAX_FEATURES} features"
+    if len(msg.scale) != d:
+        return f"headroom has {d} values but scale {len(msg.scale)}"
+    if msg.feature_names and len(msg.feature_names) != d:
+        return "headroom and feature_names differ in length"
+    numbers = [*msg.headroom, msg.full_level, msg.cpu_cores, msg.memory_bytes]
+    numbers += [x for s in msg.scale for x in (s.per_core, s.per_byte)]
+    if not all(math.isfinite(x) and x >= 0 for x in numbers):
+        return "headroom, scale and node size must be finite and not negative"
+    if not 0 < msg.full_level <= 1:
+        return f"full_level {msg.full_level} is not in (0, 1]"
+    if len(msg.classes) > MAX_REPORTED_CLASSES:
+        return f"{len(msg.classes)} classes: more than {MAX_REPORTED_CLASSES}"
+    for c in [*msg.classes, msg.default_footprint]:
+        values = (c.cpu_cores, c.memory_bytes, c.request_cpu_cores, c.request_memory_bytes)
+        if not all(math.isfinite(x) and x >= 0 for x in values):
+            return f"class {c.workload_class[:60]!r}: footprints must be finite and not negative"
+    for c in msg.classes:
+        if not c.workload_class or len(c.workload_class) > MAX_CLASS_NAME:
+            return f"a class name is empty or longer than {MAX_CLASS_NAME} characters"
+        if c.source not in SOURCES:
+            return f"class {c.workload_class[:60]!r}: unknown source {c.source[:20]!r}"
+    return None
 
 
 def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
@@ -124,7 +197,7 @@ def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
         return "features contain a non-finite value"
     if msg.feature_names and len(msg.feature_names) != len(msg.features):
         return "features and feature_names differ in length"
-    return validate_workload(msg.global_workload)
+    return _validate_classes(msg) or validate_workload(msg.global_workload)
 
 
 def fmt(x: float) -> str:
@@ -134,7 +207,7 @@ def fmt(x: float) -> str:
 
 @dataclass(frozen=True)
 class Thresholds:
-    threshold: float = 1.0  # a node passes when avail - reserved >= threshold
+    threshold: float = DEFAULT_THRESHOLD  # a node passes when this many pods fit
     stale_after: float = 10.0  # seconds without a report before a node's data is stale
 
 
@@ -155,6 +228,13 @@ class CapacityTable:
         self._reports: dict[str, NodeReport] = {}
         self._streams: dict[str, Hashable] = {}
         self._reserved: dict[str, int] = {}
+        # Per node, its reservations by (class, requests): priced at the class's cost when a
+        # decision needs them, so a reservation made on a prior is charged what the class is
+        # measured to cost as soon as it is. Reservations of no class (repack plan slots) are
+        # the rest of the node's count.
+        self._reserved_classes: dict[str, dict[tuple[str, Requests], int]] = {}
+        self.fleet = FleetView()
+        self.class_nodes: set[str] = set()  # nodes whose last report has per-class data
         # The verdicts, read without the lock by the hot path (single dict operations are atomic).
         self.free: dict[str, float] = {}
         self.failing: dict[str, str] = {}
@@ -206,7 +286,16 @@ class CapacityTable:
                         f"report for {msg.node} from another stream is not newer"
                         f" (timestamp {msg.timestamp} <= {last.timestamp})",
                     )
-            self._reports[msg.node] = NodeReport.from_message(msg, now)
+            report = NodeReport.from_message(msg, now)
+            self._reports[msg.node] = report
+            if report.classes is not None:
+                self.class_nodes.add(msg.node)
+                learned = [c for c in report.classes.classes.values() if c.source == "learned"]
+                if learned:
+                    known = self.fleet.summary.classes
+                    self.fleet.mark(new_class=any(c.name not in known for c in learned))
+            else:
+                self.class_nodes.discard(msg.node)
             self._tracked.add(msg.node)
             self._streams[msg.node] = stream
             self._received[msg.node] = now
@@ -235,6 +324,7 @@ class CapacityTable:
                 del self._reports[node]
                 if node not in self._reserved:
                     self._tracked.discard(node)
+                self.class_nodes.discard(node)
                 self._streams.pop(node, None)
                 self._received.pop(node, None)
                 self._recompute(node)
@@ -253,7 +343,11 @@ class CapacityTable:
         with self.lock:
             return dict(self._reserved)
 
-    def add_reserved(self, node: str, delta: int) -> None:
+    def add_reserved(
+        self, node: str, delta: int, workload_class: str = "", requests: Requests = NO_REQUESTS
+    ) -> None:
+        """Change the reservations of ``node`` by ``delta`` pods (±1) of ``workload_class``
+        (pass the same class and requests to take one back; no class: a plan slot)."""
         with self.lock:
             count = self._reserved.get(node, 0) + delta
             if count < 0:
@@ -265,6 +359,16 @@ class CapacityTable:
                 self._reserved.pop(node, None)
                 if node not in self._reports:
                     self._tracked.discard(node)
+            if workload_class:
+                classes = self._reserved_classes.setdefault(node, {})
+                key = (workload_class, requests)
+                n = classes.get(key, 0) + delta
+                if n > 0:
+                    classes[key] = n
+                else:
+                    classes.pop(key, None)
+                    if not classes:
+                        del self._reserved_classes[node]
             self._recompute(node)
 
     def can_track(self, node: str) -> bool:
@@ -275,6 +379,22 @@ class CapacityTable:
         return (
             f"node {node} is new and the table tracks its maximum of {self.max_nodes} nodes"
             " (--max-nodes)"
+        )
+
+    def fit(self, node: str, workload_class: str, requests: Requests, now: float) -> Fit | None:
+        """Pods of the class that fit on ``node`` now (None: the node reports no per-class data)."""
+        report = self._reports.get(node)
+        if report is None or report.classes is None:
+            return None
+        fleet = self.fleet_summary(now)
+        with self.lock:
+            held = dict(self._reserved_classes.get(node, {}))
+            slots = self._reserved.get(node, 0) - sum(held.values())
+        return node_fit(report.classes, workload_class, requests, held, slots, fleet)
+
+    def fleet_summary(self, now: float) -> FleetSummary:
+        return self.fleet.get(
+            now, (r.classes for r in self._reports.values() if r.classes is not None)
         )
 
     # -- verdicts --------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from carico.cliargs import (
 from carico.logs import add_logging_arguments, configure_logging
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from carico.tls import grpc_server_credentials, server_ssl_context
-from scheduler_ext.capacity import DEFAULT_MAX_NODES
+from scheduler_ext.capacity import DEFAULT_MAX_NODES, DEFAULT_THRESHOLD
 from scheduler_ext.cluster import Cluster, InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
 from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_app, start_http
@@ -92,8 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         rules,
         "--threshold",
         type=float,
-        default=1.0,
-        help="a node passes the filter when avail - reserved >= this (pods)",
+        default=DEFAULT_THRESHOLD,
+        help="a node passes the filter when this many pods of the incoming pod's class fit "
+        "(avail - reserved for a node without per-class data)",
     )
     add_env_argument(
         rules,

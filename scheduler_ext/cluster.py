@@ -122,7 +122,7 @@ class InMemoryCluster:
             items.remove(old)
         items.append(obj)
         if kind == "Pod":
-            facts = facts_from_wire(msgspec.convert(obj, wire.Pod))
+            facts = facts_from_wire(msgspec.convert(obj, wire.Pod), strict=False)
             node = str((obj.get("spec") or {}).get("nodeName") or "")
             self._emit(PodState(facts, node, str((obj.get("status") or {}).get("phase", PENDING))))
             self._tell_unscheduled()

@@ -29,6 +29,7 @@ from itertools import compress, repeat
 import numpy as np
 
 from scheduler_ext.capacity import CapacityTable, fmt
+from scheduler_ext.class_fit import Fit
 from scheduler_ext.ledger import StaleData
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 from scheduler_ext.wire import HostPriority, MetaVictims
@@ -50,6 +51,7 @@ class FilterDecision:
     exempt: str | None = None
     stale: int = 0  # candidates decided by the stale-data policy because their data was old
     missing: int = 0  # ... or because no report exists
+    fits: dict[str, Fit] | None = None  # per-class decisions: the fit on each such node
 
 
 @dataclass
@@ -181,9 +183,53 @@ class Decider:
             return FilterDecision(list(names), {}, {}, exempt=exempt)
         if not names:
             return FilterDecision([], {}, {})
+        if self.table.class_nodes and pod.workload_class:
+            return self._filter_classes(pod, names, now)
         if len(names) <= SMALL_FILTER:
             return self._filter_small(names, now)
         return self._filter_vector(cands, now)
+
+    def _filter_classes(self, pod: PodFacts, names: list[str], now: float) -> FilterDecision:
+        """Per node: the pod's class must fit (docs/architecture.md#decisions); nodes without
+        per-class data are decided on avail − reserved as before."""
+        table = self.table
+        received, failing = table.received, table.failing
+        limit = now - table.thresholds.stale_after
+        threshold = table.thresholds.threshold
+        fail_open = self.stale_policy is StaleData.FAIL_OPEN
+        passed: list[str] = []
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        fits: dict[str, Fit] = {}
+        stale = missing = 0
+        for name in names:
+            at = received.get(name)
+            if at is None or at <= limit:
+                if at is None:
+                    missing += 1
+                else:
+                    stale += 1
+                if fail_open:
+                    passed.append(name)
+                else:
+                    unresolvable[name] = self._stale_reason(name, now)
+                continue
+            fit = table.fit(name, pod.workload_class, pod.requests, now)
+            if fit is None:
+                reason = failing.get(name)
+            elif fit.count >= threshold:
+                reason = None
+            else:
+                report = table.report(name)
+                feature_names = report.classes.feature_names if report and report.classes else ()
+                reason = fit.reason(feature_names, threshold)
+            if fit is not None:
+                fits[name] = fit
+            if reason is None:
+                passed.append(name)
+            else:
+                failed[name] = reason
+        return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing, fits=fits)
 
     def _filter_small(self, names: list[str], now: float) -> FilterDecision:
         table = self.table
@@ -250,11 +296,17 @@ class Decider:
             return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
         if not names:
             return PrioritizeDecision([])
+        if self.table.class_nodes and pod.workload_class:
+            return self._prioritize_small(names, now, pod)
         if len(names) <= SMALL_PRIORITIZE:
             return self._prioritize_small(names, now)
         return self._prioritize_vector(cands, now)
 
-    def _prioritize_small(self, names: list[str], now: float) -> PrioritizeDecision:
+    def _prioritize_small(
+        self, names: list[str], now: float, pod: PodFacts | None = None
+    ) -> PrioritizeDecision:
+        """Spreading: the room left for the pod, as pods of its class where the node reports
+        per-class data, else avail − reserved; scaled so that the roomiest node scores 10."""
         table = self.table
         received, free = table.received, table.free
         limit = now - table.thresholds.stale_after
@@ -269,7 +321,8 @@ class Decider:
                 stale += 1
                 frees.append(-1.0)
             else:
-                frees.append(free[name])
+                fit = table.fit(name, pod.workload_class, pod.requests, now) if pod else None
+                frees.append(free[name] if fit is None else fit.room)
         best = max(frees)
         if best <= 0:
             scores = [0] * len(names)

@@ -87,6 +87,9 @@ class ExplainLog:
                 "failed": body.get("FailedNodes") or {},
                 "unresolvable": body.get("FailedAndUnresolvableNodes") or {},
             }
+        c = entries.get("class")
+        if c is not None:
+            out["class"] = msgspec.json.decode(c.body)
         p = entries.get("prioritize")
         if p is not None:
             scores = msgspec.json.decode(p.body)

@@ -37,6 +37,7 @@ from aiohttp import web
 
 from carico.http_ops import add_ops_routes
 from scheduler_ext.bodies import BodyBudget, BodyRefused, read_body
+from scheduler_ext.class_fit import NodeClasses
 from scheduler_ext.repack.service import (
     MAX_REQUEST_BYTES,
     TRIGGER_HTTP,
@@ -305,9 +306,32 @@ def nodes_view(service: ExtenderService) -> list[dict[str, Any]]:
                     "global_model": r.global_model,
                     "samples_missing": r.samples_missing,
                 },
+                "classes": _classes_view(r.classes),
             }
         )
     return view
+
+
+def _classes_view(c: NodeClasses | None) -> dict[str, Any] | None:
+    """A node's per-class data as the dashboard shows it (None: an agent without it)."""
+    if c is None:
+        return None
+    return {
+        "full_level": c.full_level,
+        "headroom": dict(zip(c.feature_names, map(float, c.headroom), strict=True)),
+        "cores": c.cores,
+        "memory_bytes": c.memory_bytes,
+        "classes": [
+            {
+                "class": name,
+                "pods": c.pods.get(name, 0),
+                "cpu_cores": fp.footprint.cpu,
+                "memory_bytes": fp.footprint.memory,
+                "source": fp.source,
+            }
+            for name, fp in sorted(c.classes.items())
+        ],
+    }
 
 
 @dataclass

@@ -72,7 +72,7 @@ def pod_state(pod: ApiPod, *, deleted: bool = False) -> PodState:
     """A PodState from an API pod object (pure; used for list items and watch events)."""
     spec = pod.spec or wire.PodSpec()
     return PodState(
-        facts_from_wire(pod),
+        facts_from_wire(pod, strict=False),
         spec.nodeName or "",
         (pod.status or PodStatus()).phase or "",
         deleted=deleted,

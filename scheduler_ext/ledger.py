@@ -19,6 +19,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from carico.pods import Requests
 from scheduler_ext.capacity import CapacityTable, fmt
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 
@@ -42,6 +43,9 @@ class Reservation:
     uid: str
     node: str
     created_at: float
+    # The pod's class and requests: a node with per-class data charges the class's cost.
+    workload_class: str = ""
+    requests: Requests = Requests()
 
 
 class Release(enum.Enum):
@@ -121,6 +125,8 @@ class Ledger:
                 return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
             if check:
+                fit = self.table.fit(node, facts.workload_class, facts.requests, now)
+                threshold = self.table.thresholds.threshold
                 free = self.table.free.get(node)
                 if free is None or not self.table.is_fresh(node, now):
                     stale = "missing" if free is None else "stale"
@@ -128,16 +134,23 @@ class Ledger:
                         return ReserveResult(
                             False, f"carico: no fresh capacity data for node {node}", stale
                         )
-                elif free < self.table.thresholds.threshold:
+                elif fit is not None:
+                    if fit.count < threshold:
+                        report = self.table.report(node)
+                        names = report.classes.feature_names if report and report.classes else ()
+                        return ReserveResult(False, fit.reason(names, threshold))
+                elif free < threshold:
                     reserved = self.table.reserved(node)
                     return ReserveResult(
                         False,
                         f"carico: avail {fmt(free + reserved)} - reserved {reserved}"
-                        f" < {fmt(self.table.thresholds.threshold)}",
+                        f" < {fmt(threshold)}",
                     )
             if current is not None:
                 self._drop(current, Release.RELEASED)
-            made = Reservation(facts.key, facts.uid, node, now)
+            made = Reservation(
+                facts.key, facts.uid, node, now, facts.workload_class, facts.requests
+            )
             self._add(made)
             return ReserveResult(True, stale=stale, made=made, displaced=current)
 
@@ -159,7 +172,16 @@ class Ledger:
             old = result.displaced
             if old is not None:
                 # Counted as created again, so that created minus ended stays the open count.
-                self._add(Reservation(old.key, old.uid, old.node, old.created_at))
+                self._add(
+                    Reservation(
+                        old.key,
+                        old.uid,
+                        old.node,
+                        old.created_at,
+                        old.workload_class,
+                        old.requests,
+                    )
+                )
             return True
 
     # -- pod lifecycle ---------------------------------------------------------------------
@@ -186,9 +208,7 @@ class Ledger:
             # by us before a restart, or recreated under the same name. Track it unconditionally.
             ended = self._drop(current, Release.RELEASED) if current is not None else None
             if self.exemptions.reason(pod.facts) is None:
-                self._by_key[key] = Reservation(key, pod.facts.uid, pod.node, now)
-                self.table.add_reserved(pod.node, 1)
-                self.created += 1
+                self._add(self._of(pod, now))
             return ended
 
     def reconcile(self, pods: Iterable[PodState], now: float) -> None:
@@ -208,9 +228,7 @@ class Ledger:
                     self._drop(res, Release.RELEASED)
             for key, pod in wanted.items():
                 if key not in self._by_key:
-                    self._by_key[key] = Reservation(key, pod.facts.uid, pod.node, now)
-                    self.table.add_reserved(pod.node, 1)
-                    self.created += 1
+                    self._add(self._of(pod, now))
 
     def expire(self, now: float) -> list[Reservation]:
         """End the reservations older than the TTL (the watch missed the pod's fate)."""
@@ -220,13 +238,18 @@ class Ledger:
                 self._drop(res, Release.EXPIRED)
             return old
 
+    @staticmethod
+    def _of(pod: PodState, now: float) -> Reservation:
+        f = pod.facts
+        return Reservation(f.key, f.uid, pod.node, now, f.workload_class, f.requests)
+
     def _add(self, res: Reservation) -> None:
         self._by_key[res.key] = res
-        self.table.add_reserved(res.node, 1)
+        self.table.add_reserved(res.node, 1, res.workload_class, res.requests)
         self.created += 1
 
     def _drop(self, res: Reservation, how: Release) -> Release:
         del self._by_key[res.key]
-        self.table.add_reserved(res.node, -1)
+        self.table.add_reserved(res.node, -1, res.workload_class, res.requests)
         self.ended[how] += 1
         return how

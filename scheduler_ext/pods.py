@@ -22,8 +22,12 @@ from carico.pods import (
     DEFAULT_EXCLUDED_NAMESPACES,
     DEFAULT_MANAGED_SCHEDULERS,
     DEFAULT_SCHEDULER,
+    ContainerResources,
+    Requests,
     is_mirror,
     node_bound_reason,
+    pod_requests,
+    workload_class,
 )
 from scheduler_ext import wire
 
@@ -46,6 +50,8 @@ class PodFacts:
     priority_class: str = ""
     scheduler: str = ""  # spec.schedulerName; "" when unknown (a bind of a pod never filtered)
     owner_uid: str = ""  # uid of the controlling owner (repack plan slots match replacements by it)
+    workload_class: str = ""  # carico.pods.workload_class ("" when unknown: a bare bind)
+    requests: Requests = Requests()
 
     @property
     def key(self) -> str:
@@ -61,14 +67,45 @@ def _owner_kinds(owners: Iterable[wire.OwnerReference]) -> tuple[str, ...]:
     return (*ruled, *others[: MAX_OWNER_KINDS - len(ruled)])
 
 
-def facts_from_wire(pod: wire.Pod) -> PodFacts:
+def _containers(items: list[wire.Container] | None) -> list[ContainerResources]:
+    out = []
+    for c in items or ():
+        res = c.resources or wire.ResourceRequirements()
+        out.append(
+            ContainerResources(
+                {k: str(v) for k, v in (res.requests or {}).items()},
+                {k: str(v) for k, v in (res.limits or {}).items()},
+                sidecar=c.restartPolicy == "Always",
+            )
+        )
+    return out
+
+
+def facts_from_wire(pod: wire.Pod, *, strict: bool = True) -> PodFacts:
+    """The facts of a pod in a request or from the API.
+
+    A resource quantity that is not one raises ValueError when ``strict`` (a request the
+    extender must refuse); otherwise (objects from the API server, which validates them) the pod
+    is classed as if it requested nothing.
+    """
     meta = pod.metadata or wire.ObjectMeta()
     spec = pod.spec or wire.PodSpec()
     annotations = meta.annotations or {}
     owners = meta.ownerReferences or ()
     controller = next((ref for ref in owners if ref.controller), None)
+    namespace = meta.namespace or "default"
+    containers = _containers(spec.containers)
+    overhead = {k: str(v) for k, v in (spec.overhead or {}).items()}
+    owner = (controller.kind, controller.name) if controller is not None else None
+    try:
+        klass = workload_class(namespace, owner, meta.labels, containers)
+        requests = pod_requests(containers, _containers(spec.initContainers), overhead)
+    except ValueError:
+        if strict:
+            raise
+        klass, requests = workload_class(namespace, owner, meta.labels, []), Requests()
     return PodFacts(
-        namespace=meta.namespace or "default",
+        namespace=namespace,
         name=meta.name,
         uid=meta.uid,
         owner_kinds=_owner_kinds(owners),
@@ -76,6 +113,8 @@ def facts_from_wire(pod: wire.Pod) -> PodFacts:
         priority_class=spec.priorityClassName or "",
         scheduler=spec.schedulerName or DEFAULT_SCHEDULER,
         owner_uid=controller.uid if controller is not None else "",
+        workload_class=klass,
+        requests=requests,
     )
 
 

@@ -22,7 +22,13 @@ from carico.names import label_problem, subdomain_problem, subdomains_problem, u
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext import wire
-from scheduler_ext.capacity import DEFAULT_MAX_NODES, CapacityTable, Ingest, Thresholds
+from scheduler_ext.capacity import (
+    DEFAULT_MAX_NODES,
+    DEFAULT_THRESHOLD,
+    CapacityTable,
+    Ingest,
+    Thresholds,
+)
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision
 from scheduler_ext.explain import ExplainLog
@@ -44,7 +50,7 @@ class BadRequest(Exception):
 
 @dataclass(frozen=True)
 class Settings:
-    threshold: float = 1.0
+    threshold: float = DEFAULT_THRESHOLD
     stale_after: float = 10.0
     stale_policy: StaleData = StaleData.FAIL_OPEN
     excluded_namespaces: frozenset[str] = DEFAULT_EXCLUDED_NAMESPACES
@@ -82,6 +88,34 @@ def _check_pod(facts: PodFacts) -> None:
     problem = facts_problem(facts)
     if problem is not None:
         raise BadRequest(problem)
+
+
+def _class_summary(facts: PodFacts, d: FilterDecision) -> bytes:
+    """What /api/v1/explain shows of a per-class filter: the class and its cost on each node."""
+    nodes = {
+        name: {
+            "fits": fit.count,
+            "room": round(fit.room, 3),
+            "cpu_cores": round(fit.cost.footprint.cpu, 4),
+            "memory_bytes": round(fit.cost.footprint.memory),
+            "source": fit.cost.source,
+        }
+        for name, fit in (d.fits or {}).items()
+    }
+    return msgspec.json.encode(
+        {
+            "class": facts.workload_class,
+            "requests": {"cpu_cores": facts.requests.cpu, "memory_bytes": facts.requests.memory},
+            "nodes": nodes,
+        }
+    )
+
+
+def _facts(pod: wire.Pod) -> PodFacts:
+    try:
+        return facts_from_wire(pod)
+    except ValueError as exc:
+        raise BadRequest(f"Pod: {exc}") from exc
 
 
 @dataclass
@@ -193,7 +227,7 @@ class ExtenderService:
         assert isinstance(args, wire.ExtenderArgsRawNames)
         if args.Pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderArgs object with a Pod")
-        facts = facts_from_wire(args.Pod)
+        facts = _facts(args.Pod)
         if not facts.name:
             raise BadRequest("Pod has no metadata.name")
         _check_pod(facts)
@@ -252,6 +286,8 @@ class ExtenderService:
             reply = wire.encode(wire.FilterResultNodes(raw_list, d.failed, d.unresolvable))
             summary = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
         self.explain.record(facts.key, "filter", self.wall(), summary, d.exempt)
+        if d.fits:
+            self.explain.record(facts.key, "class", self.wall(), _class_summary(facts, d), None)
         self.count_request("filter", "exempt" if d.exempt else "ok")
         if d.exempt is None:
             nc = self._node_count
@@ -312,7 +348,7 @@ class ExtenderService:
         assert isinstance(args, wire.ExtenderPreemptionArgs)
         if args.Pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderPreemptionArgs with a Pod")
-        facts = facts_from_wire(args.Pod)
+        facts = _facts(args.Pod)
         _check_pod(facts)
         self._check_nodes(args.NodeNameToMetaVictims or args.NodeNameToVictims or ())
         victims: dict[str, wire.MetaVictims] = {}

@@ -28,6 +28,7 @@ Body = bytes | bytearray
 
 class OwnerReference(msgspec.Struct, gc=False):
     kind: str = ""
+    name: str = ""
     controller: bool | None = None
     uid: str = ""
 
@@ -37,13 +38,33 @@ class ObjectMeta(msgspec.Struct):
     namespace: str = ""
     uid: str = ""
     annotations: dict[str, str] | None = None
+    labels: dict[str, str] | None = None
     ownerReferences: list[OwnerReference] | None = None
+
+
+# A quantity is a string in the API's JSON ("100m"); a number is accepted too.
+Quantities = dict[str, str | int | float]
+
+
+class ResourceRequirements(msgspec.Struct, gc=False):
+    requests: Quantities | None = None
+    limits: Quantities | None = None
+
+
+class Container(msgspec.Struct, gc=False):
+    """The parts of a container the workload class and the requests are made of."""
+
+    resources: ResourceRequirements | None = None
+    restartPolicy: str | None = None  # "Always" on an init container: a sidecar
 
 
 class PodSpec(msgspec.Struct):
     priorityClassName: str | None = None
     nodeName: str | None = None
     schedulerName: str | None = None
+    containers: list[Container] | None = None
+    initContainers: list[Container] | None = None
+    overhead: Quantities | None = None
 
 
 class Pod(msgspec.Struct):

@@ -42,21 +42,37 @@ from typing import Any
 import numpy as np
 
 from agent.pipeline import AgentPipeline, GlobalView, PipelineConfig
-from agent.telemetry import DEFAULT_FEATURES, Sample, cpu_feature
+from agent.telemetry import DEFAULT_FEATURES, PodUsage, Sample, cpu_feature
 from agent.wire import factor_from_wire, local_model_message, node_capacity_message
 from aggregator.store import ModelStore
 from aggregator.validate import validate_local_model
 from aggregator.wire import global_message
-from carico_app.simulate.cluster import PENDING, STARTING, Cluster
+from carico.pods import PodClass, Requests, workload_class
+from carico_app.schedconfig import POD_INITIAL_BACKOFF_SECONDS, POD_MAX_BACKOFF_SECONDS
+from carico_app.simulate.cluster import PENDING, RUNNING, STARTING, Cluster
 from carico_app.simulate.params import ModelParams
 from carico_app.simulate.scheduler import KubeScheduler, node_name
-from scheduler_ext.capacity import CapacityTable, Thresholds
+from scheduler_ext.capacity import DEFAULT_THRESHOLD, CapacityTable, Thresholds
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.decisions import Decider
 from scheduler_ext.ledger import Ledger, PodState
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 
 NAMESPACE = "sim"
+USAGE_EVERY = 0.5  # seconds between reads of the pods' own usage (the agent's cgroup reader)
+
+
+def pod_uid(pod: int) -> str:
+    return f"uid-{pod}"
+
+
+def pod_class(cluster: Cluster, pod: int) -> PodClass:
+    """A simulated pod's workload class (its Job) and requests, as the real function makes them."""
+    job = int(cluster.job[pod])
+    owner = ("Job", f"job-{job}") if job >= 0 else None
+    requests = Requests(float(cluster.req_cpu[pod]) / 1000.0, float(cluster.req_mem[pod]))
+    name = workload_class(NAMESPACE, owner, None, [])
+    return PodClass(name, requests)
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,7 @@ class CaricoSettings:
     features: tuple[str, ...] = DEFAULT_FEATURES
     exchange_interval: float = 5.0  # agent --exchange-interval default
     aggregator_ttl: float = 30.0  # aggregator --ttl default
-    threshold: float = 1.0  # extender: a node passes when avail - reserved >= threshold
+    threshold: float = DEFAULT_THRESHOLD  # the extender's --threshold
     stale_after: float = 10.0
     reservation_ttl: float = 300.0
     weight: int = 1  # the extender's weight in the scheduler configuration
@@ -97,6 +113,8 @@ class SimTelemetrySource:
         self.cluster = cluster
         self.node = node
         self._names = feature_names
+        self._next_usage = 0.0
+        self._running: frozenset[int] | None = None
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -112,7 +130,39 @@ class SimTelemetrySource:
             "io_pressure": t.psi_io_some,
         }
         features = np.array([values[n] for n in self._names], dtype=np.float64)
-        return Sample(features, psi_available=True, pods=t.pods_running)
+        c = self.cluster
+        n = c.n_pods
+        # The pod watch: the node's running workload pods with their classes, when they change.
+        # A container restarting after an OOM kill leaves its pod Running in Kubernetes (it
+        # comes back on the same node), so the watch still counts it.
+        mine = np.flatnonzero((c.node[:n] == self.node) & (c.phase[:n] == RUNNING))
+        back = np.flatnonzero(
+            (c.node[:n] == self.node) & (c.phase[:n] == STARTING) & (c.restarts[:n] > 0)
+        )
+        counted = np.concatenate([mine, back])
+        workload = frozenset(counted[~c.resident[counted]].tolist())
+        running = None
+        if workload != self._running:
+            self._running = workload
+            running = {pod_uid(p): pod_class(c, p) for p in workload}
+        usage = None
+        if now + 1e-9 >= self._next_usage:
+            # The pods' cgroups, read once a second like the agent's cgroup reader.
+            self._next_usage = now + USAGE_EVERY
+            usage = {
+                pod_uid(int(i)): PodUsage(float(c.cpu_used[i]), float(c.memory[i])) for i in mine
+            }
+        return Sample(
+            features,
+            psi_available=True,
+            pods=t.pods_running,
+            cpu_util=t.util,
+            psi_cpu=t.psi_cpu_some,
+            cores=float(c.cores[self.node]),
+            memory_bytes=float(c.mem_total[self.node]),
+            pod_usage=usage,
+            running=running,
+        )
 
 
 class SimAgent:
@@ -141,6 +191,7 @@ class CaricoExtender:
         self.ledger = Ledger(self.table, ttl=settings.reservation_ttl, exemptions=exemptions)
         self.cluster = InMemoryCluster(auto_create=True)
         self.names = names
+        self.model: Cluster | None = None  # the simulated cluster, known from the first step
         self._now = 0.0
         # The extender service's pod watch: list, then every event into the ledger. The
         # in-memory cluster delivers events synchronously, so this needs no event loop.
@@ -148,12 +199,20 @@ class CaricoExtender:
         self.bound: dict[int, str] = {}  # simulated pod -> node, while Pending in the extender
         self.binds = 0
         self.bind_refusals = 0
-        # (time, node, avail - reserved, data fresh) at every bind's decision: what tests check.
+        # (time, node, pods of the class that fit, data fresh) at every bind's decision: what
+        # tests check.
         self.decisions: list[tuple[float, str, float, bool]] = []
 
-    @staticmethod
-    def facts(pod: int) -> PodFacts:
-        return PodFacts(NAMESPACE, f"pod-{pod}", uid=f"uid-{pod}", owner_kinds=("Job",))
+    def facts(self, pod: int) -> PodFacts:
+        klass = pod_class(self.model, pod) if self.model is not None else None
+        return PodFacts(
+            NAMESPACE,
+            f"pod-{pod}",
+            uid=pod_uid(pod),
+            owner_kinds=("Job",),
+            workload_class=klass.name if klass else "",
+            requests=klass.requests if klass else Requests(),
+        )
 
     def _on_pod_event(self, pod: PodState) -> None:
         self.ledger.observe(pod, self._now)
@@ -170,7 +229,9 @@ class CaricoExtender:
         """What the service's bind does: reserve (capacity checked), then bind; undo on error."""
         self._now = now
         facts = self.facts(pod)
-        free = self.table.free.get(node, math.nan)
+        fit = self.table.fit(node, facts.workload_class, facts.requests, now)
+        # The pods of the class that fit (avail - reserved for a node without per-class data).
+        free = fit.count if fit is not None else self.table.free.get(node, math.nan)
         fresh = self.table.is_fresh(node, now)
         result = self.ledger.reserve(facts, node, now)
         if not result.ok:
@@ -215,10 +276,17 @@ class CaricoScheduler(KubeScheduler):
         settings: CaricoSettings | None = None,
         pipeline: PipelineConfig | None = None,
         prior_per_pod_cost: float | None = None,
+        full_level: float | None = None,
+        label: str = "carico",
     ) -> None:
         self.settings = settings or CaricoSettings()
         self.ext = CaricoExtender([node_name(i) for i in range(n_nodes)], self.settings)
-        label = "carico" if prior_per_pod_cost is None else f"carico:p={prior_per_pod_cost:g}"
+        # Carico's kube-scheduler runs the shipped configuration's pod back-off.
+        params = dataclasses.replace(
+            params,
+            pod_initial_backoff=float(POD_INITIAL_BACKOFF_SECONDS),
+            pod_max_backoff=float(POD_MAX_BACKOFF_SECONDS),
+        )
         super().__init__(label, params, n_nodes, rng, extender=self.ext)
         self.lead_seconds = self.settings.lead_seconds
         if pipeline is None:
@@ -226,6 +294,8 @@ class CaricoScheduler(KubeScheduler):
             pipeline = PipelineConfig(sample_hz=1.0 / params.dt)
             if prior_per_pod_cost is not None:
                 pipeline = dataclasses.replace(pipeline, prior_per_pod_cost=prior_per_pod_cost)
+            if full_level is not None:
+                pipeline = dataclasses.replace(pipeline, full_level=full_level)
         self.pipeline_config = pipeline
         self.store = ModelStore(self.settings.aggregator_ttl, self.settings.features)
         self.global_version = 0
@@ -244,6 +314,7 @@ class CaricoScheduler(KubeScheduler):
     def step(self, cluster: Cluster, now: float) -> None:
         if self.agents is None:
             self.agents = self._start_agents(cluster)
+            self.ext.model = cluster
         for agent in self.agents:
             self._agent_tick(agent, now)
         if now + 1e-9 >= self._next_exchange:

@@ -38,7 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--schedulers",
         default="",
         help="comma-separated: default (the scenario's own requests), default:<cpu>m, "
-        "default:<cpu>m/<mem>Mi, carico, carico:p=<cost>; default: the scenario's list",
+        "default:<cpu>m/<mem>Mi, carico, carico:p=<cost>,level=<L> (agent options);"
+        " default: the scenario's list",
     )
     parser.add_argument("--seed", type=int, default=1, help="random seed (default: 1)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")

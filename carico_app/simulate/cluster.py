@@ -89,6 +89,8 @@ class Cluster:
         self.report_at = np.full(cap, np.inf)
         self.succeeded_at = np.full(cap, np.nan)
         self.restarts = np.zeros(cap, dtype=np.int64)
+        # CPU time each pod's cgroup has used (core-seconds): what a per-pod cpuacct reads.
+        self.cpu_used = np.zeros(cap)
         # Per-node state of the last step.
         self.demand = np.zeros(n_nodes)
         self.share = np.ones(n_nodes)
@@ -199,6 +201,8 @@ class Cluster:
             rnodes[~self.resident[running]], minlength=self.n_nodes
         ).astype(np.int64)
 
+        # A pod's cgroup counts the CPU time it got (its share), wasted switching or not.
+        self.cpu_used[running] += self.threads[running] * self.share[rnodes] * dt
         # Progress, with the exit time interpolated inside the step.
         rate = self.threads[running] * (self.share * self.efficiency)[rnodes]
         before = self.work_left[running]
@@ -314,7 +318,7 @@ class Cluster:
 _POD_ARRAYS = (
     "node", "phase", "job", "cpu_work", "work_left", "threads", "memory", "req_cpu", "req_mem",
     "resident", "created_at", "bound_at", "start_at", "running_at", "exited_at", "report_at",
-    "succeeded_at", "restarts",
+    "succeeded_at", "restarts", "cpu_used",
 )  # fmt: skip
 _FILL: dict[str, float | int] = {
     "node": -1,

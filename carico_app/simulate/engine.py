@@ -134,6 +134,7 @@ def run_case(
             sched.pod_created(pod, now)
         sched.step(cluster, now)
         events = cluster.step()
+        sched.pods_started(events.started, cluster.now)
         for pod in events.succeeded:
             controller.pod_succeeded(int(pod))
             sched.pod_terminated(int(pod), cluster.now)

@@ -61,6 +61,22 @@ ML_SMALL = Workload(
 )
 
 
+# Two more kinds of pod for the heterogeneous scenario, each mis-sized in the way pods commonly
+# are, so that no one fixed request suits every kind [F: illustrative sizes, not measured].
+# A memory-heavy batch step (an in-memory join or cache build): little CPU, 1.5 GiB resident, but
+# it requests a third of that, so request-based packing can overfill a node's memory.
+MEM_HEAVY = Workload(
+    name="mem", cpu_work=10.0, threads=0.25, memory=1536 * MI, request_cpu_m=100,
+    request_mem=512 * MI,
+)  # fmt: skip
+# A mostly idle worker (waits on a queue): 2 % of a core for about 30 s, small, but it requests
+# half a core, so request-based packing wastes the nodes it lands on.
+MOSTLY_IDLE = Workload(
+    name="idle", cpu_work=0.6, threads=0.02, memory=80 * MI, request_cpu_m=500,
+    request_mem=256 * MI,
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class NodeParams:
     cores: int = 4  # [D §5.1] 4 vCPUs, hyperthreading disabled

@@ -8,8 +8,11 @@ Three sub-queues, as in kube-scheduler (pkg/scheduler/backend/queue):
 * unschedulable: pods whose last attempt found no node. A cluster event that may free room (an
   assigned pod deleted or finished — the scheduler's informer drops terminal pods, so a finished
   pod is a delete) moves them all back: to activeQ if their back-off has expired, else to backoffQ.
-  Pods left there longer than 5 minutes are flushed every 30 s whatever happens. A pod whose
-  attempt overlapped a move request goes to backoffQ directly, so it is not forgotten.
+  A pod an extender rejected moves back on *any* pod event (a pod created, bound, started or
+  finished): kube-scheduler cannot tell which event helps an extender, so since v1.30 it requeues
+  such pods on every event (kubernetes#122019, PR #122022). Pods left there longer than 5
+  minutes are flushed every 30 s whatever happens. A pod whose attempt overlapped a move request
+  goes to backoffQ directly, so it is not forgotten.
 
 Neighbours: ``scheduler.py`` pops from it and reports failures; the engine signals events.
 """
@@ -40,6 +43,7 @@ class SchedulingQueue:
         self._active: list[tuple[float, int, int]] = []
         self._backoff: list[tuple[float, int, int]] = []
         self.unschedulable: dict[int, float] = {}  # pod -> time it was put there
+        self.on_any_event: set[int] = set()  # the unschedulable pods an extender rejected
         self.attempts: dict[int, int] = {}
         self.last_attempt: dict[int, float] = {}
         self._in_active: set[int] = set()
@@ -96,27 +100,39 @@ class SchedulingQueue:
         self._in_active.discard(pod)
         self._in_backoff.discard(pod)
         self.unschedulable.pop(pod, None)
+        self.on_any_event.discard(pod)
         self.attempts.pop(pod, None)
         self.last_attempt.pop(pod, None)
         self._pod_cycle.pop(pod, None)
 
-    def add_unschedulable(self, pod: int, now: float) -> None:
-        """The attempt found no node."""
+    def add_unschedulable(self, pod: int, now: float, by_extender: bool = False) -> None:
+        """The attempt found no node (``by_extender``: the extender rejected every candidate)."""
         self.last_attempt[pod] = now
         if self._move_cycle >= self._pod_cycle.get(pod, 0):
             self._push_backoff(pod)
         else:
             self.unschedulable[pod] = now
+            if by_extender:
+                self.on_any_event.add(pod)
+
+    def _move(self, pod: int, now: float) -> None:
+        del self.unschedulable[pod]
+        self.on_any_event.discard(pod)
+        if self.backoff_expiry(pod) <= now:
+            self._push_active(pod, now)
+        else:
+            self._push_backoff(pod)
 
     def move_all(self, now: float) -> None:
         """A cluster event that may make unschedulable pods schedulable."""
         for pod in list(self.unschedulable):
-            del self.unschedulable[pod]
-            if self.backoff_expiry(pod) <= now:
-                self._push_active(pod, now)
-            else:
-                self._push_backoff(pod)
+            self._move(pod, now)
         self._move_cycle = self._cycle
+
+    def move_extender_rejected(self, now: float) -> None:
+        """Any pod event: the pods an extender rejected go back (kubernetes#122019)."""
+        for pod in list(self.on_any_event):
+            self._move(pod, now)
 
     def tick(self, now: float) -> None:
         """The queue's periodic flushes (backoffQ every 1 s, leftovers every 30 s)."""
@@ -131,8 +147,4 @@ class SchedulingQueue:
             self._next_unsched_flush = now + self.flush_interval
             for pod, since in list(self.unschedulable.items()):
                 if now - since > self.max_unschedulable:
-                    del self.unschedulable[pod]
-                    if self.backoff_expiry(pod) <= now:
-                        self._push_active(pod, now)
-                    else:
-                        self._push_backoff(pod)
+                    self._move(pod, now)

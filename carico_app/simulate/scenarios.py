@@ -10,6 +10,11 @@ together), all submitted at once.
   750Mi memory.
 * ``mixed`` [D §5.5, Tables 5.6-5.7]: a bpi Job and an ML Job together: 500+20, 250+50, 100+100;
   default at bpi 100m and ML 200m/750Mi.
+* ``heterogeneous``: four kinds of pod submitted together — single-thread CPU (bpi), multi-thread
+  CPU (ML), memory-heavy and mostly idle — each mis-sized in its own way (``params.MEM_HEAVY``,
+  ``params.MOSTLY_IDLE``), so that no single fixed request is right for all of them; default
+  at each workload's own requests. Not from the dissertation: it is the case per-class costs
+  exist for.
 * ``isolation`` [D §5.6, Table 5.8]: a resident server on the first node answers probes while a
   1000-pod bpi Job runs; default at 100m. The probes start ``warmup`` seconds before the Job, which
   gives the baseline distribution.
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from carico_app.simulate.params import BPI_2000, MI, ML_SMALL, Workload
+from carico_app.simulate.params import BPI_2000, MEM_HEAVY, MI, ML_SMALL, MOSTLY_IDLE, Workload
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,11 @@ def _ml(n: int) -> JobSpec:
     return JobSpec("ml", ML_SMALL, n)
 
 
+def _mixed_kinds(bpi: int, ml: int, mem: int, idle: int) -> Case:
+    jobs = (_bpi(bpi), _ml(ml), JobSpec("mem", MEM_HEAVY, mem), JobSpec("idle", MOSTLY_IDLE, idle))
+    return Case(f"{bpi}+{ml}+{mem}+{idle}", jobs)
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -103,6 +113,12 @@ SCENARIOS: dict[str, Scenario] = {
             tuple(
                 Case(f"{a}+{b}", (_bpi(a), _ml(b))) for a, b in ((500, 20), (250, 50), (100, 100))
             ),
+            ("default", "carico"),
+        ),
+        Scenario(
+            "heterogeneous",
+            "bpi, ML, memory-heavy and mostly idle pods together (not in the dissertation)",
+            (_mixed_kinds(400, 20, 60, 200), _mixed_kinds(200, 40, 80, 100)),
             ("default", "carico"),
         ),
         Scenario(

@@ -40,6 +40,8 @@ class Scheduler(Protocol):
 
     def pod_created(self, pod: int, now: float) -> None: ...
 
+    def pods_started(self, pods: np.ndarray, now: float) -> None: ...
+
     def pod_terminated(self, pod: int, now: float) -> None: ...
 
     def step(self, cluster: Cluster, now: float) -> None: ...
@@ -117,6 +119,11 @@ class KubeScheduler:
 
     def pod_created(self, pod: int, now: float) -> None:
         self.queue.add(pod, now)
+        self.queue.move_extender_rejected(now)
+
+    def pods_started(self, pods: np.ndarray, now: float) -> None:
+        if len(pods):
+            self.queue.move_extender_rejected(now)  # pod status updates
 
     def pod_terminated(self, pod: int, now: float) -> None:
         # The informer filters out terminal pods: a finished pod is an AssignedPodDelete event.
@@ -162,11 +169,13 @@ class KubeScheduler:
                 rc, rm, cpu, mem, count, self.alloc_cpu, self.alloc_mem, self.max_pods
             )
             extra = np.zeros(len(feasible), dtype=np.int64)
-            if self.extender is not None and feasible.any():
+            in_tree = bool(feasible.any())
+            extended = self.extender is not None and in_tree
+            if extended:
                 feasible, extra = self._ask_extender(pod, feasible, now)
             if not feasible.any():
                 self.failed_attempts += 1
-                self.queue.add_unschedulable(pod, now)
+                self.queue.add_unschedulable(pod, now, by_extender=extended and in_tree)
                 continue
             scores = kd.total_score(
                 rc, rm, cpu, mem, nz_cpu, nz_mem, self.alloc_cpu, self.alloc_mem
@@ -176,9 +185,10 @@ class KubeScheduler:
                 err = self.extender.bind(pod, self.names[nd], now)
                 if err:
                     self.failed_attempts += 1
-                    self.queue.add_unschedulable(pod, now)
+                    self.queue.add_unschedulable(pod, now, by_extender=True)
                     continue
             self.queue.done(pod)
+            self.queue.move_extender_rejected(now)  # the binding is a pod update
             cpu[nd] += rc
             mem[nd] += rm
             nz_cpu[nd] += rc or kd.DEFAULT_MILLI_CPU_REQUEST

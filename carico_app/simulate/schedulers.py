@@ -1,4 +1,4 @@
-"""Schedulers by name: ``default``, ``default:<cpu>m[/<mem>Mi]``, ``carico``, ``carico:p=<cost>``.
+"""Schedulers by name: ``default``, ``default:<cpu>m[/<mem>Mi]``, ``carico``, ``carico:<options>``.
 
 Turns what the command line names into a scheduler object: kube-scheduler's emulation
 (``scheduler.KubeScheduler``) or the ``carico`` scheduler (``carico_wiring.CaricoScheduler``, that
@@ -20,19 +20,26 @@ from carico_app.simulate.scheduler import KubeScheduler, Scheduler
 @dataclass(frozen=True)
 class SchedulerSpec:
     """A scheduler as named on the command line: ``default``, ``default:500m``,
-    ``default:200m/750Mi`` (requests applied to every job's pods), ``carico`` or ``carico:p=1``
-    (the agents started with ``--prior-per-pod-cost 1``)."""
+    ``default:200m/750Mi`` (requests applied to every job's pods), ``carico``, or ``carico:`` with
+    agent options, comma-separated: ``p=<cost>`` (``--prior-per-pod-cost``) and ``level=<L>``
+    (``--full-level``), e.g. ``carico:level=0.9``."""
 
     kind: str
     cpu_m: int | None = None
     mem: int | None = None
-    # carico only: the agents' --prior-per-pod-cost (None: the agent's shipped default).
+    # carico only: the agents' --prior-per-pod-cost and --full-level (None: shipped defaults).
     prior_per_pod_cost: float | None = None
+    full_level: float | None = None
 
     @property
     def label(self) -> str:
-        if self.kind == "carico" and self.prior_per_pod_cost is not None:
-            return f"carico:p={self.prior_per_pod_cost:g}"
+        if self.kind == "carico":
+            options = []
+            if self.prior_per_pod_cost is not None:
+                options.append(f"p={self.prior_per_pod_cost:g}")
+            if self.full_level is not None:
+                options.append(f"level={self.full_level:g}")
+            return "carico" + (":" + ",".join(options) if options else "")
         if self.kind != "default" or self.cpu_m is None:
             return self.kind
         s = f"default:{self.cpu_m}m"
@@ -42,21 +49,34 @@ class SchedulerSpec:
 
 
 _SPEC = re.compile(r"^(default|carico)(?::(\d+)m(?:/(\d+)(Mi|Gi))?)?$")
-_CARICO_PRIOR = re.compile(r"^carico:p=(\d+(?:\.\d+)?)$")
+_CARICO_OPTION = re.compile(r"^(p|level)=(\d+(?:\.\d+)?)$")
+
+
+def _carico(text: str, options: str) -> SchedulerSpec:
+    found: dict[str, float] = {}
+    for part in options.split(","):
+        m = _CARICO_OPTION.match(part.strip())
+        if m is None or m.group(1) in found:
+            raise ValueError(
+                f"scheduler {text!r}: carico options are p=<per-pod cost prior> and"
+                " level=<full level>, each at most once"
+            )
+        found[m.group(1)] = float(m.group(2))
+    if "p" in found and not found["p"] > 0:
+        raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
+    if "level" in found and not 0 < found["level"] <= 1:
+        raise ValueError(f"scheduler {text!r}: the full level must be in (0, 1]")
+    return SchedulerSpec("carico", prior_per_pod_cost=found.get("p"), full_level=found.get("level"))
 
 
 def parse_spec(text: str) -> SchedulerSpec:
-    prior = _CARICO_PRIOR.match(text.strip())
-    if prior:
-        cost = float(prior.group(1))
-        if not cost > 0:
-            raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
-        return SchedulerSpec("carico", prior_per_pod_cost=cost)
+    if text.strip().startswith("carico:") and "=" in text:
+        return _carico(text, text.strip().removeprefix("carico:"))
     m = _SPEC.match(text.strip())
     if not m:
         raise ValueError(
             f"scheduler {text!r}: expected default, default:<cpu>m, "
-            "default:<cpu>m/<mem>Mi, carico or carico:p=<per-pod cost prior>"
+            "default:<cpu>m/<mem>Mi, carico or carico:p=<cost>,level=<L>"
         )
     kind, cpu, mem, unit = m.groups()
     if kind == "carico" and cpu is not None:
@@ -74,4 +94,11 @@ def make_scheduler(
     # default-scheduler rows do not need.
     from carico_app.simulate.carico_wiring import CaricoScheduler
 
-    return CaricoScheduler(params, n_nodes, rng, prior_per_pod_cost=spec.prior_per_pod_cost)
+    return CaricoScheduler(
+        params,
+        n_nodes,
+        rng,
+        prior_per_pod_cost=spec.prior_per_pod_cost,
+        full_level=spec.full_level,
+        label=spec.label,
+    )

@@ -87,6 +87,42 @@ function renderNodes(nodes) {
   staleNodes = new Set(nodes.filter((n) => n.stale).map((n) => n.name));
 }
 
+function bytes(v) {
+  if (v === null || v === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let x = Number(v);
+  let i = 0;
+  while (x >= 1024 && i < units.length - 1) { x /= 1024; i += 1; }
+  return `${x.toFixed(i ? 1 : 0)} ${units[i]}`;
+}
+
+function renderClasses(nodes) {
+  const body = document.querySelector("#classes tbody");
+  const rows = [];
+  for (const n of nodes) {
+    const c = n.classes;
+    if (!c) continue;
+    const head = Object.entries(c.headroom).map(([f, v]) => `${f} ${num(v)}`).join(", ")
+      + ` (full at ${num(c.full_level)})`;
+    const classes = c.classes.length ? c.classes : [null];
+    classes.forEach((k, i) => {
+      rows.push(el("tr", { "data-node": n.name, class: n.stale ? "stale" : "fresh" },
+        el("td", { class: "name" }, i ? "" : n.name),
+        el("td", { class: "headroom" }, i ? "" : head),
+        el("td", { class: "class" }, k ? k.class : "no workload pod running"),
+        el("td", { class: "pods" }, k ? String(k.pods) : ""),
+        el("td", { class: "cpu" }, k ? num(k.cpu_cores) : ""),
+        el("td", { class: "memory" }, k ? bytes(k.memory_bytes) : ""),
+        el("td", { class: "source" }, k ? k.source : "")));
+    });
+  }
+  body.replaceChildren(...rows);
+  if (!rows.length) {
+    body.append(el("tr", {}, el("td", { colspan: "7" },
+      "no node reports per-class data (agents older than per-class costs)")));
+  }
+}
+
 function renderGlobal(nodes, model) {
   const box = document.getElementById("global");
   const reported = nodes.filter((n) => n.reported);
@@ -179,7 +215,8 @@ function chart(name, points, now) {
 function renderHistory(h) {
   policy = h;
   document.getElementById("policy").textContent =
-    `A node passes the filter when avail − reserved ≥ ${h.threshold}. Data older than ` +
+    `A node passes the filter when at least ${h.threshold} pod(s) of the incoming pod's class ` +
+    `fit (avail − reserved ≥ ${h.threshold} on a node without per-class data). Data older than ` +
     `${h.stale_after_seconds} s is stale; stale nodes are handled ${h.stale_policy}` +
     (h.stale_policy === "fail-open" ? " (they pass with score 0)." : " (they fail the filter).");
   const charts = Object.entries(h.nodes).map(([name, pts]) => chart(name, pts, h.now));
@@ -194,6 +231,7 @@ async function refresh() {
       getJSON("api/v1/model")]);
     renderHistory(history);
     renderNodes(nodes);
+    renderClasses(nodes);
     renderGlobal(nodes, model);
     renderReservations(reservations);
     refreshes += 1;
@@ -284,12 +322,18 @@ async function explain(pod) {
     const rows = [];
     const f = e.filter;
     const scores = (e.prioritize && e.prioritize.scores) || {};
+    const costs = (e.class && e.class.nodes) || {};
+    const cost = (n) => {
+      const c = costs[n];
+      return c ? ` · ${c.fits} fit (room ${num(c.room)}), a pod costs ${num(c.cpu_cores)} cores, ` +
+        `${bytes(c.memory_bytes)} (${c.source})` : "";
+    };
     if (f) {
       for (const n of f.passed) {
         const failOpen = staleNodes.has(n);
         rows.push(el("tr", {}, el("td", {}, n),
           el("td", failOpen ? { class: "failopen" } : {},
-            failOpen ? "passed · fail-open (stale data)" : "passed"),
+            failOpen ? "passed · fail-open (stale data)" : `passed${cost(n)}`),
           el("td", {}, n in scores ? String(scores[n]) : "–")));
       }
       for (const [n, why] of Object.entries(f.failed)) {
@@ -302,7 +346,8 @@ async function explain(pod) {
     }
     const when = f ? `filtered ${num(f.age_seconds, 1)} s ago` : "no filter decision kept";
     const exempt = (f && f.exempt) ? ` · exempt: ${f.exempt}` : "";
-    box.replaceChildren(el("p", { class: "note" }, `${e.pod}: ${when}${exempt}`),
+    const klass = e.class ? ` · class ${e.class.class}` : "";
+    box.replaceChildren(el("p", { class: "note" }, `${e.pod}: ${when}${exempt}${klass}`),
       el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "node"), el("th", {}, "filter"),
         el("th", {}, "score"))), el("tbody", {}, ...rows)));
   } catch (err) {

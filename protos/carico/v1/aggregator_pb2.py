@@ -22,23 +22,24 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from protos.carico.v1 import capacity_pb2 as protos_dot_carico_dot_v1_dot_capacity__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/carico/v1/aggregator.proto\x12\tcarico.v1\"W\n\x0eSubspaceFactor\x12\t\n\x01\x64\x18\x01 \x01(\r\x12\t\n\x01r\x18\x02 \x01(\r\x12\t\n\x01u\x18\x03 \x03(\x01\x12\r\n\x05sigma\x18\x04 \x03(\x01\x12\x15\n\rfeature_names\x18\x05 \x03(\t\"\x90\x01\n\nLocalModel\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12(\n\x05model\x18\x04 \x01(\x0b\x32\x19.carico.v1.SubspaceFactor\x12\x0e\n\x06weight\x18\x05 \x01(\r\x12\x15\n\rper_pod_costs\x18\x06 \x03(\x01\"]\n\x0b\x46leetPriors\x12\x18\n\x10has_per_pod_cost\x18\x01 \x01(\x08\x12\x1b\n\x13median_per_pod_cost\x18\x02 \x01(\x01\x12\x17\n\x0fnodes_with_cost\x18\x03 \x01(\r\"\xc6\x01\n\x0bGlobalModel\x12\x11\n\thas_model\x18\x01 \x01(\x08\x12(\n\x05model\x18\x02 \x01(\x0b\x32\x19.carico.v1.SubspaceFactor\x12\x1a\n\x12\x63ontributing_nodes\x18\x03 \x01(\r\x12&\n\x06priors\x18\x04 \x01(\x0b\x32\x16.carico.v1.FleetPriors\x12\x0f\n\x07version\x18\x05 \x01(\x04\x12\x11\n\ttimestamp\x18\x06 \x01(\x01\x12\x12\n\naggregator\x18\x07 \x01(\t2\x8c\x01\n\nAggregator\x12\x39\n\x08\x45xchange\x12\x15.carico.v1.LocalModel\x1a\x16.carico.v1.GlobalModel\x12\x43\n\x0e\x45xchangeStream\x12\x15.carico.v1.LocalModel\x1a\x16.carico.v1.GlobalModel(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!protos/carico/v1/aggregator.proto\x12\tcarico.v1\x1a\x1fprotos/carico/v1/capacity.proto\"W\n\x0eSubspaceFactor\x12\t\n\x01\x64\x18\x01 \x01(\r\x12\t\n\x01r\x18\x02 \x01(\r\x12\t\n\x01u\x18\x03 \x03(\x01\x12\r\n\x05sigma\x18\x04 \x03(\x01\x12\x15\n\rfeature_names\x18\x05 \x03(\t\"\xc5\x01\n\nLocalModel\x12\x0c\n\x04node\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12\x11\n\ttimestamp\x18\x03 \x01(\x01\x12(\n\x05model\x18\x04 \x01(\x0b\x32\x19.carico.v1.SubspaceFactor\x12\x0e\n\x06weight\x18\x05 \x01(\r\x12\x15\n\rper_pod_costs\x18\x06 \x03(\x01\x12\x33\n\x10\x63lass_footprints\x18\x07 \x03(\x0b\x32\x19.carico.v1.ClassFootprint\"\xc8\x01\n\x0b\x46leetPriors\x12\x18\n\x10has_per_pod_cost\x18\x01 \x01(\x08\x12\x1b\n\x13median_per_pod_cost\x18\x02 \x01(\x01\x12\x17\n\x0fnodes_with_cost\x18\x03 \x01(\r\x12\x30\n\rclass_medians\x18\x04 \x03(\x0b\x32\x19.carico.v1.ClassFootprint\x12\x19\n\x11\x63pu_request_ratio\x18\x05 \x01(\x01\x12\x1c\n\x14memory_request_ratio\x18\x06 \x01(\x01\"\xc6\x01\n\x0bGlobalModel\x12\x11\n\thas_model\x18\x01 \x01(\x08\x12(\n\x05model\x18\x02 \x01(\x0b\x32\x19.carico.v1.SubspaceFactor\x12\x1a\n\x12\x63ontributing_nodes\x18\x03 \x01(\r\x12&\n\x06priors\x18\x04 \x01(\x0b\x32\x16.carico.v1.FleetPriors\x12\x0f\n\x07version\x18\x05 \x01(\x04\x12\x11\n\ttimestamp\x18\x06 \x01(\x01\x12\x12\n\naggregator\x18\x07 \x01(\t2\x8c\x01\n\nAggregator\x12\x39\n\x08\x45xchange\x12\x15.carico.v1.LocalModel\x1a\x16.carico.v1.GlobalModel\x12\x43\n\x0e\x45xchangeStream\x12\x15.carico.v1.LocalModel\x1a\x16.carico.v1.GlobalModel(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.carico.v1.aggregator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SUBSPACEFACTOR']._serialized_start=48
-  _globals['_SUBSPACEFACTOR']._serialized_end=135
-  _globals['_LOCALMODEL']._serialized_start=138
-  _globals['_LOCALMODEL']._serialized_end=282
-  _globals['_FLEETPRIORS']._serialized_start=284
-  _globals['_FLEETPRIORS']._serialized_end=377
-  _globals['_GLOBALMODEL']._serialized_start=380
-  _globals['_GLOBALMODEL']._serialized_end=578
-  _globals['_AGGREGATOR']._serialized_start=581
-  _globals['_AGGREGATOR']._serialized_end=721
+  _globals['_SUBSPACEFACTOR']._serialized_start=81
+  _globals['_SUBSPACEFACTOR']._serialized_end=168
+  _globals['_LOCALMODEL']._serialized_start=171
+  _globals['_LOCALMODEL']._serialized_end=368
+  _globals['_FLEETPRIORS']._serialized_start=371
+  _globals['_FLEETPRIORS']._serialized_end=571
+  _globals['_GLOBALMODEL']._serialized_start=574
+  _globals['_GLOBALMODEL']._serialized_end=772
+  _globals['_AGGREGATOR']._serialized_start=775
+  _globals['_AGGREGATOR']._serialized_end=915
 # @@protoc_insertion_point(module_scope)

@@ -9,6 +9,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from protos.carico.v1 import capacity_pb2 as _capacity_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -76,6 +77,7 @@ class LocalModel(_message.Message):
     MODEL_FIELD_NUMBER: _builtins.int
     WEIGHT_FIELD_NUMBER: _builtins.int
     PER_POD_COSTS_FIELD_NUMBER: _builtins.int
+    CLASS_FOOTPRINTS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     """node name, or the child aggregator's name"""
     sequence: _builtins.int
@@ -95,6 +97,10 @@ class LocalModel(_message.Message):
         its cost, none for one that has not, every member's for a child aggregator.
         """
 
+    @_builtins.property
+    def class_footprints(self) -> _containers.RepeatedCompositeFieldContainer[_capacity_pb2.ClassFootprint]:
+        """The classes the sender has learned (source "learned"); a child aggregator sends its nodes'."""
+
     def __init__(
         self,
         *,
@@ -104,10 +110,11 @@ class LocalModel(_message.Message):
         model: Global___SubspaceFactor | None = ...,
         weight: _builtins.int = ...,
         per_pod_costs: _abc.Iterable[_builtins.float] | None = ...,
+        class_footprints: _abc.Iterable[_capacity_pb2.ClassFootprint] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["model", b"model"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["model", b"model", "node", b"node", "per_pod_costs", b"per_pod_costs", "sequence", b"sequence", "timestamp", b"timestamp", "weight", b"weight"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["class_footprints", b"class_footprints", "model", b"model", "node", b"node", "per_pod_costs", b"per_pod_costs", "sequence", b"sequence", "timestamp", b"timestamp", "weight", b"weight"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -122,20 +129,33 @@ class FleetPriors(_message.Message):
     HAS_PER_POD_COST_FIELD_NUMBER: _builtins.int
     MEDIAN_PER_POD_COST_FIELD_NUMBER: _builtins.int
     NODES_WITH_COST_FIELD_NUMBER: _builtins.int
+    CLASS_MEDIANS_FIELD_NUMBER: _builtins.int
+    CPU_REQUEST_RATIO_FIELD_NUMBER: _builtins.int
+    MEMORY_REQUEST_RATIO_FIELD_NUMBER: _builtins.int
     has_per_pod_cost: _builtins.bool
     median_per_pod_cost: _builtins.float
     """median over the nodes that know their cost"""
     nodes_with_cost: _builtins.int
+    cpu_request_ratio: _builtins.float
+    """The fleet's median ratio of measured footprint to requests, per resource (0: unknown)."""
+    memory_request_ratio: _builtins.float
+    @_builtins.property
+    def class_medians(self) -> _containers.RepeatedCompositeFieldContainer[_capacity_pb2.ClassFootprint]:
+        """Per workload class, the median footprint over the nodes that learned it (source "fleet")."""
+
     def __init__(
         self,
         *,
         has_per_pod_cost: _builtins.bool = ...,
         median_per_pod_cost: _builtins.float = ...,
         nodes_with_cost: _builtins.int = ...,
+        class_medians: _abc.Iterable[_capacity_pb2.ClassFootprint] | None = ...,
+        cpu_request_ratio: _builtins.float = ...,
+        memory_request_ratio: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["has_per_pod_cost", b"has_per_pod_cost", "median_per_pod_cost", b"median_per_pod_cost", "nodes_with_cost", b"nodes_with_cost"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["class_medians", b"class_medians", "cpu_request_ratio", b"cpu_request_ratio", "has_per_pod_cost", b"has_per_pod_cost", "median_per_pod_cost", b"median_per_pod_cost", "memory_request_ratio", b"memory_request_ratio", "nodes_with_cost", b"nodes_with_cost"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -136,6 +136,82 @@ class GlobalWorkload(_message.Message):
 Global___GlobalWorkload: _TypeAlias = GlobalWorkload  # noqa: Y015
 
 @_typing.final
+class ClassFootprint(_message.Message):
+    """What one pod of a workload class costs (docs/architecture.md#cost-and-capacity): its CPU demand
+    in cores (the cores it keeps busy or waiting) and its memory in bytes, the same units on every
+    node, so that nodes can share what they learn.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKLOAD_CLASS_FIELD_NUMBER: _builtins.int
+    CPU_CORES_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    PODS_FIELD_NUMBER: _builtins.int
+    SAMPLES_FIELD_NUMBER: _builtins.int
+    REQUEST_CPU_CORES_FIELD_NUMBER: _builtins.int
+    REQUEST_MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    workload_class: _builtins.str
+    """carico.pods.workload_class of the class's pods"""
+    cpu_cores: _builtins.float
+    memory_bytes: _builtins.float
+    source: _builtins.str
+    """learned, fleet, requests, typical or default"""
+    pods: _builtins.int
+    """the reporting node's running pods of the class"""
+    samples: _builtins.int
+    """pod-batches measured (learned only)"""
+    request_cpu_cores: _builtins.float
+    """what one pod of the class requests (0: nothing)"""
+    request_memory_bytes: _builtins.float
+    def __init__(
+        self,
+        *,
+        workload_class: _builtins.str = ...,
+        cpu_cores: _builtins.float = ...,
+        memory_bytes: _builtins.float = ...,
+        source: _builtins.str = ...,
+        pods: _builtins.int = ...,
+        samples: _builtins.int = ...,
+        request_cpu_cores: _builtins.float = ...,
+        request_memory_bytes: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_cores", b"cpu_cores", "memory_bytes", b"memory_bytes", "pods", b"pods", "request_cpu_cores", b"request_cpu_cores", "request_memory_bytes", b"request_memory_bytes", "samples", b"samples", "source", b"source", "workload_class", b"workload_class"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ClassFootprint: _TypeAlias = ClassFootprint  # noqa: Y015
+
+@_typing.final
+class FeatureScale(_message.Message):
+    """How much of a feature one core of CPU demand and one byte of memory are on the reporting node
+    (the cpu feature: 1 / (2 * cores) with pressure information, 1 / cores without it).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PER_CORE_FIELD_NUMBER: _builtins.int
+    PER_BYTE_FIELD_NUMBER: _builtins.int
+    per_core: _builtins.float
+    per_byte: _builtins.float
+    def __init__(
+        self,
+        *,
+        per_core: _builtins.float = ...,
+        per_byte: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["per_byte", b"per_byte", "per_core", b"per_core"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FeatureScale: _TypeAlias = FeatureScale  # noqa: Y015
+
+@_typing.final
 class NodeCapacity(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -152,6 +228,13 @@ class NodeCapacity(_message.Message):
     FEATURES_FIELD_NUMBER: _builtins.int
     FEATURE_NAMES_FIELD_NUMBER: _builtins.int
     GLOBAL_WORKLOAD_FIELD_NUMBER: _builtins.int
+    HEADROOM_FIELD_NUMBER: _builtins.int
+    SCALE_FIELD_NUMBER: _builtins.int
+    CLASSES_FIELD_NUMBER: _builtins.int
+    FULL_LEVEL_FIELD_NUMBER: _builtins.int
+    CPU_CORES_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    DEFAULT_FOOTPRINT_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     avail: _builtins.float
     """how many more pods fit, in pods"""
@@ -168,6 +251,12 @@ class NodeCapacity(_message.Message):
     """increases with every report from this node"""
     timestamp: _builtins.float
     """agent's wall clock, unix seconds"""
+    full_level: _builtins.float
+    """the feature level at which the node counts as full"""
+    cpu_cores: _builtins.float
+    """the node's CPUs"""
+    memory_bytes: _builtins.float
+    """the node's memory (MemTotal)"""
     @_builtins.property
     def health(self) -> Global___HealthFlags: ...
     @_builtins.property
@@ -179,6 +268,25 @@ class NodeCapacity(_message.Message):
     @_builtins.property
     def global_workload(self) -> Global___GlobalWorkload:
         """unset by agents older than this field"""
+
+    @_builtins.property
+    def headroom(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Per-class capacity. Agents older than these fields leave them empty; every pod then costs
+        one pod of avail on their node.
+        per feature: full_level minus the node's expected use
+        """
+
+    @_builtins.property
+    def scale(self) -> _containers.RepeatedCompositeFieldContainer[Global___FeatureScale]:
+        """per feature"""
+
+    @_builtins.property
+    def classes(self) -> _containers.RepeatedCompositeFieldContainer[Global___ClassFootprint]:
+        """the classes of the pods running here, and their cost"""
+
+    @_builtins.property
+    def default_footprint(self) -> Global___ClassFootprint:
+        """the cost of a pod nothing is known of (source default)"""
 
     def __init__(
         self,
@@ -196,10 +304,17 @@ class NodeCapacity(_message.Message):
         features: _abc.Iterable[_builtins.float] | None = ...,
         feature_names: _abc.Iterable[_builtins.str] | None = ...,
         global_workload: Global___GlobalWorkload | None = ...,
+        headroom: _abc.Iterable[_builtins.float] | None = ...,
+        scale: _abc.Iterable[Global___FeatureScale] | None = ...,
+        classes: _abc.Iterable[Global___ClassFootprint] | None = ...,
+        full_level: _builtins.float = ...,
+        cpu_cores: _builtins.float = ...,
+        memory_bytes: _builtins.float = ...,
+        default_footprint: Global___ClassFootprint | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["global_workload", b"global_workload", "health", b"health"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["default_footprint", b"default_footprint", "global_workload", b"global_workload", "health", b"health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "feature_names", b"feature_names", "features", b"features", "global_workload", b"global_workload", "health", b"health", "k", b"k", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "classes", b"classes", "cpu_cores", b"cpu_cores", "default_footprint", b"default_footprint", "feature_names", b"feature_names", "features", b"features", "full_level", b"full_level", "global_workload", b"global_workload", "headroom", b"headroom", "health", b"health", "k", b"k", "memory_bytes", b"memory_bytes", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "scale", b"scale", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

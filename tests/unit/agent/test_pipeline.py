@@ -11,6 +11,8 @@ from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineCo
 from agent.telemetry import Sample
 from carico.model import SubspaceModel, capacity_signal
 
+LEVEL = PipelineConfig().full_level  # k counts the typical workloads that fit under it
+
 NAMES = ("cpu", "memory")
 DT = 0.1  # 10 Hz
 
@@ -50,7 +52,7 @@ def test_one_report_per_batch_with_k_from_the_local_model() -> None:
     # Constant telemetry: the local second moment is y yᵀ and k follows from it exactly.
     y = np.array([0.3, 0.2])
     assert np.allclose(pipe.local.second_moment(), np.outer(y, y))
-    assert last.k == pytest.approx(capacity_signal(y, pipe.local))
+    assert last.k == pytest.approx(capacity_signal(y, pipe.local, level=LEVEL))
     assert last.mode == "live" and not last.global_model
     assert last.avail == pytest.approx(last.k / last.per_pod_cost)
     assert last.features == pytest.approx((0.3, 0.2))
@@ -74,8 +76,8 @@ def test_merge_with_the_global_model_uses_weights_n_minus_1_to_1() -> None:
     merged = SubspaceModel.merge(fleet, pipe.local, 3, 1)
     r = reports[-1]
     assert r.global_model and r.model_age_s == pytest.approx(1.0 - DT)
-    assert r.k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), merged))
-    assert r.k != pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
+    assert r.k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), merged, level=LEVEL))
+    assert r.k != pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local, level=LEVEL))
 
 
 def test_a_stale_global_model_is_no_longer_merged() -> None:
@@ -88,7 +90,9 @@ def test_a_stale_global_model_is_no_longer_merged() -> None:
     _, stale = drive(pipe, t, 3.0, (0.3, 0.2), pods=0)
     assert not stale[-1].global_model  # 6.9 s after it arrived, beyond the 5 s time to live
     assert pipe.local is not None
-    assert stale[-1].k == pytest.approx(capacity_signal(np.array([0.3, 0.2]), pipe.local))
+    assert stale[-1].k == pytest.approx(
+        capacity_signal(np.array([0.3, 0.2]), pipe.local, level=LEVEL)
+    )
 
 
 def test_global_model_of_other_dimensions_is_refused() -> None:
@@ -143,15 +147,16 @@ def test_no_report_before_any_telemetry() -> None:
     assert reports == [] and pipe.local is None and pipe.batches == 2
 
 
-def test_a_resource_at_its_floor_is_censored_and_reads_full() -> None:
-    """Clipped noise keeps the smoothed CPU of a full node a little under 1, so k stays a little
-    above 0; within ``censor_headroom`` of full the estimator is told the sample is censored and
-    live avail is 0, not k/p̂ (which with a small p̂ would offer several pods)."""
-    pipe = AgentPipeline(NAMES, PipelineConfig(prior_per_pod_cost=0.001))
+@pytest.mark.parametrize("level", [1.0, 0.8])
+def test_a_resource_at_its_floor_is_censored_and_reads_full(level: float) -> None:
+    """Clipped noise keeps the smoothed CPU of a full node a little under its full level, so k
+    stays a little above 0; within ``censor_headroom`` of full the estimator is told the sample
+    is censored and live avail is 0, not k/p̂ (which with a small p̂ would offer several pods)."""
+    pipe = AgentPipeline(NAMES, PipelineConfig(prior_per_pod_cost=0.001, full_level=level))
     t, _ = drive(pipe, 0.0, 5.0, (0.5, 0.2), pods=8)
-    t, _ = drive(pipe, t, 5.0, (0.985, 0.2), pods=8)  # the EMA reaches the new level
+    t, _ = drive(pipe, t, 5.0, (level - 0.015, 0.2), pods=8)  # the EMA reaches the new level
     updates = pipe.estimator.capacity_updates
-    _, reports = drive(pipe, t, 20.0, (0.985, 0.2), pods=8)
+    _, reports = drive(pipe, t, 20.0, (level - 0.015, 0.2), pods=8)
     last = reports[-1]
     assert last.k > 0.0  # the signal itself is not at its clamp
     assert pipe.estimator.censored and last.mode == "live" and last.avail == 0.0

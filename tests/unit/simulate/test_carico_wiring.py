@@ -68,7 +68,7 @@ def test_binds_only_where_the_extender_sees_room_and_releases_every_reservation(
     assert len(sched.store) == NODES
     assert all(a.pipeline.global_view is not None for a in sched.agents)
     # Jobs start after the lead, when every node reports: no bind was decided on missing or
-    # stale data, and every one had avail - reserved >= the threshold (1) at decision time.
+    # stale data, and at every one a pod of the class fitted (the threshold, 1) at decision time.
     for _now, _node, free, fresh in ext.decisions:
         assert fresh
         assert free >= 1.0

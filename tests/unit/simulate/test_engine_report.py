@@ -119,7 +119,13 @@ def test_cli_table_prints_seed_and_parameters(capsys: pytest.CaptureFixture[str]
 
 
 def test_every_named_scenario_is_well_formed() -> None:
-    assert set(scenarios.SCENARIOS) == {"cpu-jobs", "ml-jobs", "mixed", "isolation"}
+    assert set(scenarios.SCENARIOS) == {
+        "cpu-jobs",
+        "ml-jobs",
+        "mixed",
+        "heterogeneous",
+        "isolation",
+    }
     for s in scenarios.SCENARIOS.values():
         assert s.nodes == 19 and s.cases and s.schedulers
         for spec in s.schedulers:

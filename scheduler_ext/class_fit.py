@@ -1,0 +1,189 @@
+"""How many pods of a class still fit on a node: the extender's per-class decision.
+
+A node whose agent reports per-class data (``headroom``, ``scale``, ``classes``) is decided per
+pod (docs/architecture.md#decisions): the pod's class costs the node f = S·a in its feature units,
+where a is the class's footprint (CPU demand in cores, memory in bytes) and S the node's scale;
+the node's free room is its headroom minus what its reservations will use; the pods of the class
+that fit are min over features of free / f. The footprint a comes, in order, from the node's own
+report of the class (learned there, or the fleet's value the agent holds), the fleet's median
+over every node that learned the class, the pod's requests scaled by the fleet's ratio of
+measured use to requests, the fleet's typical pod, or the node's reported default.
+
+The fleet view is computed here from the nodes' reports (the same rule as the aggregator's:
+``carico.footprint.fleet_summary``), at most once per ``FLEET_EVERY`` seconds. Pure: the clock is
+passed in. Neighbours: ``capacity`` (keeps the reports and reservations), ``decisions``, ``ledger``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from carico.footprint import (
+    EMPTY_FLEET,
+    ClassFootprint,
+    FleetSummary,
+    Footprint,
+    fleet_summary,
+    resolve,
+)
+from carico.pods import Requests
+
+# Seconds between recomputations of the fleet's class medians (every report could change them).
+FLEET_EVERY = 1.0
+# The most classes the fleet view keeps (those learned on the most nodes).
+MAX_FLEET_CLASSES = 1024
+# A pod that costs nothing on any feature fits this many times (a number, not infinity).
+MAX_FIT = 1e6
+_EPS = 1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClasses:
+    """A node's per-class data from its last report."""
+
+    feature_names: tuple[str, ...]
+    headroom: np.ndarray  # (d,) per feature, >= 0
+    scale: np.ndarray  # (d, 2): per core, per byte
+    classes: Mapping[str, ClassFootprint]  # what the node reports (learned or fleet)
+    pods: Mapping[str, int]  # running pods per class
+    default: Footprint  # the node's cost of a pod nothing is known of
+    full_level: float
+    cores: float
+    memory_bytes: float
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """The pods of a class that fit on a node, and why.
+
+    ``room`` is how many pods' worth of free room the node has for the class (a real number);
+    ``count`` the pods that fit, a pod counting when more than half of it fits under the full
+    level (``room`` rounded to the nearest pod): the node's use then meets its full level on
+    average instead of never reaching it, and a pod a little larger than the node's free room
+    (a 4-thread pod on a 4-core node) is not held to one a node. Measured in the simulator
+    against rounding down (docs/architecture.md#decisions).
+    """
+
+    room: float
+    cost: ClassFootprint  # the footprint used, with its source
+    need: tuple[float, ...]  # per feature: one pod's share of the node
+    free: tuple[float, ...]  # per feature: headroom minus reservations
+    count: int = 0  # the pods that fit (see node_fit)
+
+    def reason(self, names: tuple[str, ...], threshold: float) -> str:
+        need = ", ".join(f"{n} {_short(x)}" for n, x in zip(names, self.need, strict=True) if x)
+        free = ", ".join(f"{n} {_short(x)}" for n, x in zip(names, self.free, strict=True))
+        probe = "" if self.cost.source in MEASURED else ", probing: one unmeasured pod at a time"
+        return (
+            f"carico: a pod of {self.cost.name} needs {need or 'nothing'}"
+            f" ({self.cost.source}{probe}); free {free}: room for {_short(self.room)},"
+            f" {_short(self.count)} fit < {_short(threshold)}"
+        )
+
+
+def _short(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def fit_count(free: np.ndarray, need: np.ndarray) -> float:
+    """Pods' worth of room of cost ``need`` in ``free`` (per feature); 0 when a feature is full.
+
+    >>> fit_count(np.array([0.25, 0.5]), np.array([0.125, 0.0625]))
+    2.0
+    >>> fit_count(np.array([0.3, 0.0]), np.array([0.1, 0.0]))  # full on the second feature
+    0.0
+    """
+    if np.any(free <= 0.0):
+        return 0.0
+    used = need > _EPS
+    if not used.any():
+        return MAX_FIT
+    return float(min(np.min(free[used] / need[used]), MAX_FIT))
+
+
+class FleetView:
+    """The fleet's class medians, recomputed from the reports at most every FLEET_EVERY s."""
+
+    def __init__(self) -> None:
+        self.summary: FleetSummary = EMPTY_FLEET
+        self._at = -math.inf
+        self._dirty = False
+
+    def mark(self, new_class: bool = False) -> None:
+        """A report changed what the nodes learned; ``new_class``: a class the fleet view does
+        not know yet (recomputed at once: pods of that class are waiting on it)."""
+        self._dirty = True
+        if new_class:
+            self._at = -math.inf
+
+    def get(self, now: float, nodes: Iterable[NodeClasses]) -> FleetSummary:
+        if self._dirty and now - self._at >= FLEET_EVERY:
+            self.summary = fleet_summary(
+                (c for n in nodes for c in n.classes.values()), MAX_FLEET_CLASSES
+            )
+            self._at, self._dirty = now, False
+        return self.summary
+
+
+# Where a footprint is measured (on this node, or the fleet's median of nodes that measured it);
+# the other sources are priors.
+MEASURED = frozenset({"learned", "fleet"})
+# Pods of a class nobody has measured that a node takes at a time (until one is measured).
+PROBE_PODS = 2
+# Features a node cannot overcommit: past them the kernel kills pods, where CPU only slows them.
+# A pod must fit them whole; on the others a pod counts when more than half of it fits.
+INCOMPRESSIBLE = frozenset({"memory"})
+
+
+def node_fit(
+    node: NodeClasses,
+    workload_class: str,
+    requests: Requests,
+    reserved: Mapping[tuple[str, Requests], int],
+    unknown_units: int,
+    fleet: FleetSummary,
+) -> Fit:
+    """How many pods of ``workload_class`` fit on ``node`` after its reservations.
+
+    ``reserved`` counts the node's reservations by (class, requests), each charged its class's
+    cost as it is known now; ``unknown_units`` the reservations of no class (repack plan slots),
+    each charged the fleet's typical pod (or the node's default).
+
+    A class whose cost nobody has measured yet (its footprint is a prior: requests, typical,
+    default) is *probed*: a node takes one pod of it at a time, until that pod has run long
+    enough to be measured (the node then reports the class learned, and the fleet knows it).
+    A prior can be wrong by an order of magnitude (a 4-thread pod that requests 200m), and a
+    burst placed on it would pile up on one node before the first measurement.
+    """
+    cost = resolve(workload_class, requests, node.classes.get(workload_class), fleet, node.default)
+    typical = fleet.typical or node.default
+    held = typical.scaled(unknown_units)
+    class_in_flight = 0
+    for (name, req), n in reserved.items():
+        if name == workload_class:
+            class_in_flight += n
+        held_cost = resolve(name, req, node.classes.get(name), fleet, node.default)
+        held = held.plus(held_cost.footprint.scaled(n))
+    free = node.headroom - node.scale @ np.array([held.cpu, held.memory])
+    need = node.scale @ np.array([cost.footprint.cpu, cost.footprint.memory])
+    room = fit_count(free, need)
+    # Pods that fit: a pod counts when more than half of it fits, except on an incompressible
+    # feature, where it must fit whole.
+    count = math.floor(room + 0.5)
+    hard = [i for i, name in enumerate(node.feature_names) if name in INCOMPRESSIBLE]
+    hard = [i for i in hard if need[i] > _EPS]
+    if hard:
+        count = min(count, math.floor(min(free[i] / need[i] for i in hard)))
+    count = max(count, 0)
+    if count < 1 and not (unknown_units or reserved or node.pods):
+        # An idle node takes one pod of any size while it has room on every feature: a pod whose
+        # demand exceeds the node runs slower there, but it must run somewhere.
+        count = 1 if bool(np.all(free > 0.0)) else 0
+    if cost.source not in MEASURED:
+        probing = class_in_flight + node.pods.get(workload_class, 0)
+        count = max(min(count, PROBE_PODS - probing), 0)
+    return Fit(room, cost, tuple(float(x) for x in need), tuple(float(x) for x in free), count)

@@ -1,0 +1,86 @@
+"""Per-class capacity in the agent: footprints from pods' own usage, and the headroom reported."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agent.class_capacity import ClassCapacity
+from agent.telemetry import PodUsage
+from carico.footprint import FleetSummary, Footprint
+from carico.pods import PodClass, Requests
+
+GI = 2**30
+BPI = PodClass("sim/Job/bpi", Requests(0.1, 0.0))
+ML = PodClass("sim/Job/ml", Requests(0.2, 0.75 * GI))
+NAMES = ("cpu", "memory")
+DEFAULT = Footprint(0.05, 0.01 * GI)
+
+
+def node(level: float = 0.8) -> ClassCapacity:
+    cc = ClassCapacity(NAMES, level, max_classes=8, lag=0.4)
+    cc.set_node(4.0, 8 * GI)
+    return cc
+
+
+def test_demand_is_usage_scaled_by_contention_and_learned_per_class() -> None:
+    """Six 1-thread pods on 4 cores: each gets 4/6 of a core; utilisation 1 and pressure 0.5
+    say the node gave out 1/1.5 of what was asked, so each pod demands one core."""
+    cc = node()
+    pods = {f"p{i}": BPI for i in range(6)}
+    cc.set_running(0.0, pods)
+    used = {uid: PodUsage(0.0, 60e6) for uid in pods}
+    cc.measure(0.0, used, 1.0, 0.5, True)  # the first reading is the baseline only
+    assert cc.learner.learned(BPI.name) is None
+    used = {uid: PodUsage(2.0 / 3.0, 60e6) for uid in pods}  # one second later
+    cc.measure(1.0, used, 1.0, 0.5, True)
+    learned = cc.learner.learned(BPI.name)
+    assert learned is not None
+    assert learned.footprint == Footprint(pytest.approx(1.0), pytest.approx(60e6))
+    assert learned.requests == BPI.requests
+
+
+def test_a_saturated_node_gives_lower_bounds_that_do_not_pull_the_cost_down() -> None:
+    cc = node()
+    cc.set_running(0.0, {"a": ML, "b": ML})
+    cc.measure(0.0, {"a": PodUsage(0, 7e8), "b": PodUsage(0, 7e8)}, 1.0, 0.0, True)
+    # alone: 4 cores each (one ML pod per node before the other started, say)
+    cc.measure(1.0, {"a": PodUsage(4.0, 7e8), "b": PodUsage(4.0, 7e8)}, 1.0, 0.0, True)
+    # then three on the node: 4/3 core each, pressure at 1: demand at least 2.67, censored
+    cc.measure(2.0, {"a": PodUsage(4 + 4 / 3, 7e8), "b": PodUsage(4 + 4 / 3, 7e8)}, 1.0, 1.0, True)
+    assert cc.learner.learned(ML.name).footprint.cpu == pytest.approx(4.0)  # type: ignore[union-attr]
+
+
+def test_headroom_counts_a_new_pod_at_once_and_the_telemetry_for_what_pods_do_not_explain() -> None:
+    cc = node(level=0.8)
+    fleet = FleetSummary.of({BPI.name: Footprint(1.0, 0.0)})
+    cc.fleet = fleet
+    y_idle = np.array([0.0125, 0.1])  # 0.1 thread of daemons on 4 cores (with PSI: /8), 10 % mem
+    v = cc.view(0.0, y_idle, True, DEFAULT, learn_base=True)
+    assert v.headroom == pytest.approx((0.8 - 0.0125, 0.7))
+    # two pods start at t = 10: the telemetry has not seen them yet, the footprints have
+    cc.set_running(10.0, {"a": BPI, "b": BPI})
+    v = cc.view(10.1, y_idle, True, DEFAULT, learn_base=False)
+    assert v.headroom[0] == pytest.approx(0.8 - 0.0125 - 2 * 0.125)
+    assert [(c.footprint.name, c.footprint.source, c.pods) for c in v.classes] == [
+        (BPI.name, "fleet", 2)
+    ]
+    # once the telemetry shows them, nothing is counted twice
+    y_busy = y_idle + np.array([0.25, 0.0])
+    v = cc.view(11.0, y_busy, True, DEFAULT, learn_base=True)
+    assert v.headroom[0] == pytest.approx(0.8 - 0.0125 - 0.25)
+    # a daemon the footprints do not explain takes room too
+    v = cc.view(12.0, y_busy + np.array([0.1, 0.0]), True, DEFAULT, learn_base=True)
+    assert v.headroom[0] == pytest.approx(0.8 - 0.0125 - 0.25 - 0.1)
+    # the pods end: their room is back at once, although the telemetry still shows them
+    cc.set_running(13.0, {})
+    v = cc.view(13.1, None, True, DEFAULT, learn_base=False)
+    assert v.headroom[0] == pytest.approx(0.8 - 0.0125 - 0.1)
+
+
+def test_a_full_node_has_no_headroom_and_the_scale_follows_the_cpu_feature() -> None:
+    cc = node(level=0.8)
+    v = cc.view(0.0, np.array([0.95, 0.5]), True, DEFAULT, learn_base=True)
+    assert v.headroom == (0.0, pytest.approx(0.3))
+    assert v.scale == ((0.125, 0.0), (0.0, 1.0 / (8 * GI)))
+    assert cc.view(0.0, np.array([0.95, 0.5]), False, DEFAULT, True).scale[0] == (0.25, 0.0)
