@@ -6,12 +6,12 @@ loaded 2-core host under those conditions: ``psutil.cpu_times()`` ≈ 150 µs an
 ``psutil.virtual_memory()`` ≈ 200 µs (each opens and closes its file, and the latter computes a
 dozen fields), against ≈ 40 µs and ≈ 25 µs for a descriptor kept open and re-read from offset 0
 with ``os.pread`` plus the two or eight numbers the agent needs. Together that was a third of the
-agent's CPU. So ``stat``, ``meminfo`` and the pressure files are read through :class:`ProcFiles`
-(procfs regenerates a file's content on every read from offset 0; a failing descriptor is closed
-and reopened at the next read) with the small parsers of :mod:`agent.telemetry` and
-:mod:`agent.psi`. psutil remains for what it does better: a kernel older than 3.14 has no
-MemAvailable, and psutil estimates it the way the kernel does; the tests also check the ``stat``
-parser against ``psutil.cpu_times()``.
+agent's CPU. So ``stat``, ``meminfo`` and the pressure files are read through
+:class:`agent.files.KeptOpenFiles` (procfs regenerates a file's content on every read from offset
+0; a failing descriptor is closed and reopened at the next read) with the small parsers of
+:mod:`agent.telemetry` and :mod:`agent.psi`. psutil remains for what it does better: a kernel
+older than 3.14 has no MemAvailable, and psutil estimates it the way the kernel does; the tests
+also check the ``stat`` parser against ``psutil.cpu_times()``.
 
 psutil's procfs root is a module global (``psutil.PROCFS_PATH``) that every psutil call reads at
 call time. Changing it for the whole process would surprise any other psutil user in the process
@@ -23,6 +23,14 @@ Failure handling: PSI absent (``ENOENT``: the kernel was built or booted without
 the source to utilisation only, logged once and reported in every sample's ``psi_available``. Any
 other unreadable or malformed file marks the sample missing (NaN features) and never raises; PSI
 files that stay unreadable for ``PSI_GIVE_UP`` samples in a row are given up the same way.
+
+Per-class data (docs/architecture.md#cost-and-capacity): every sample also carries the node's CPU
+utilisation and CPU pressure over the interval. When a kubepods cgroup tree exists under
+``cgroup_root``, the source also reads each pod's own usage every ``pod_usage_interval`` seconds
+(:class:`agent.cgroup_usage.CgroupUsageReader`) and gives the node's size with every sample: its
+cores (the ``cpuN`` lines of ``stat``, counted every ``CORES_EVERY`` seconds) and MemTotal.
+Without such a tree it gives neither, and the pipeline reports no per-class data: per-class
+decisions need the pods' own usage, and a node that cannot measure any would only report guesses.
 """
 
 from __future__ import annotations
@@ -31,18 +39,21 @@ import contextlib
 import errno
 import logging
 import math
-import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
 
+from agent.cgroup_usage import CgroupUsageReader
+from agent.files import KeptOpenFiles, read_bytes
 from agent.psi import PsiParseError, PsiTotals, parse_psi, pressure_fraction
 from agent.telemetry import (
     DEFAULT_FEATURES,
     CpuTimes,
+    PodUsage,
     Sample,
+    count_cpus,
     cpu_feature,
     cpu_utilisation,
     memory_used,
@@ -61,6 +72,10 @@ _PARSE_ERRORS = (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError)
 _PSI_OFF_ERRNOS = {errno.ENOENT, errno.EOPNOTSUPP, errno.EACCES, errno.EPERM}
 # Consecutive failed pressure reads (5 s at 10 Hz) after which PSI is given up.
 PSI_GIVE_UP = 50
+# Seconds between two counts of the node's CPUs (a CPU can be taken offline; rarely).
+CORES_EVERY = 60.0
+# The pods' usage feeds per-class footprints, not the 10 Hz signal: twice a second is enough.
+DEFAULT_POD_USAGE_INTERVAL = 0.5
 
 
 @contextlib.contextmanager
@@ -75,41 +90,6 @@ def procfs_root(root: str) -> Iterator[None]:
             psutil.PROCFS_PATH = saved
 
 
-def read_bytes(path: str) -> bytes:
-    """Open, read and close: the simple reader (tests use it on files they replace)."""
-    with open(path, "rb") as f:
-        return f.read()
-
-
-class ProcFiles:
-    """Reads procfs files through descriptors kept open between reads (see the module doc)."""
-
-    def __init__(self, size: int = 16384) -> None:
-        self._fds: dict[str, int] = {}
-        self._size = size
-
-    def __call__(self, path: str) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            self._fds[path] = fd
-        try:
-            return os.pread(fd, self._size, 0)
-        except OSError:
-            self.close(path)
-            raise
-
-    def close(self, path: str | None = None) -> None:
-        for p in [path] if path is not None else list(self._fds):
-            fd = self._fds.pop(p, None)
-            if fd is not None:
-                os.close(fd)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # at interpreter exit os may already be gone
-            self.close()
-
-
 class ProcSource:
     """Samples the host through ``proc_root``; ``read`` never raises on bad telemetry."""
 
@@ -118,10 +98,16 @@ class ProcSource:
         proc_root: str = "/proc",
         features: tuple[str, ...] = DEFAULT_FEATURES,
         reader: Callable[[str], bytes] | None = None,
+        *,
+        cgroup_root: str | None = None,
+        pod_usage_interval: float = DEFAULT_POD_USAGE_INTERVAL,
+        usage_reader: CgroupUsageReader | None = None,
     ) -> None:
+        """``cgroup_root`` (or a ready ``usage_reader``) turns on the pods' usage, read every
+        ``pod_usage_interval`` seconds (0: never)."""
         self._root = str(Path(proc_root))
         self._features = tuple(features)
-        self._reader = reader if reader is not None else ProcFiles()
+        self._reader = reader if reader is not None else KeptOpenFiles()
         needed = {"cpu"} if {"cpu", "cpu_pressure"} & set(features) else set()
         needed |= {res for res in ("memory", "io") if f"{res}_pressure" in features}
         self._psi_resources = tuple(sorted(needed))
@@ -130,6 +116,14 @@ class ProcSource:
         self._warned: set[str] = set()
         self._prev_cpu: CpuTimes | None = None
         self._prev_psi: dict[str, tuple[float, int]] = {}
+        if usage_reader is None and cgroup_root and pod_usage_interval > 0:
+            usage_reader = CgroupUsageReader(cgroup_root)
+        self.usage = usage_reader if pod_usage_interval > 0 else None
+        self._usage_interval = pod_usage_interval
+        self._next_usage = -math.inf
+        self._cores = math.nan
+        self._next_cores = -math.inf
+        self._memory_total = math.nan  # bytes
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -158,11 +152,13 @@ class ProcSource:
         try:
             head = parse_meminfo_head(self._reader(f"{self._root}/meminfo"))
             if head is not None:
-                used = memory_used(float(head[0]), float(head[1]))
+                total, used = head[0] * 1024.0, memory_used(float(head[0]), float(head[1]))
             else:  # a kernel without MemAvailable: psutil estimates it
                 with procfs_root(self._root):
                     vm = psutil.virtual_memory()
-                used = memory_used(float(vm.total), float(vm.available))
+                total, used = float(vm.total), memory_used(float(vm.total), float(vm.available))
+            if total > 0:
+                self._memory_total = total
         except (OSError, *_PARSE_ERRORS) as exc:
             problems.append(f"meminfo: {exc!r}")
             self._warn_once("meminfo", "cannot read %s/meminfo: %r", self._root, exc)
@@ -170,6 +166,35 @@ class ProcSource:
         if used is None:
             problems.append("meminfo: MemTotal is not positive")
         return used
+
+    def _count_cores(self, now: float) -> None:
+        """The node's CPUs: the ``cpuN`` lines of the whole ``stat`` (the kept-open read may stop
+        short of them on a large host), else psutil's count of this host's CPUs."""
+        if now < self._next_cores and math.isfinite(self._cores):
+            return
+        self._next_cores = now + CORES_EVERY
+        try:
+            cores = float(count_cpus(read_bytes(f"{self._root}/stat")))
+        except OSError as exc:
+            self._warn_once("cores", "cannot count the CPUs in %s/stat: %r", self._root, exc)
+            cores = 0.0
+        if cores <= 0:
+            cores = float(psutil.cpu_count() or math.nan)
+        self._cores = cores
+
+    def _pod_usage(self, now: float) -> Mapping[str, PodUsage] | None:
+        """The pods' usage when it is due (None otherwise, or without a kubepods tree)."""
+        if self.usage is None or now + 0.1 * self._usage_interval < self._next_usage:
+            return None
+        # On the schedule (0.5 s apart at 10 Hz, not 0.6 when a tick comes a little early).
+        due = self._next_usage + self._usage_interval
+        self._next_usage = due if due > now else now + self._usage_interval
+        usage = self.usage.read(now)
+        if usage is not None and "memory" not in self._features:
+            # MemTotal only (the memory feature reads it every sample); not a feature, so a
+            # failure does not make the sample missing.
+            self._memory([])
+        return usage
 
     def _psi_off(self, reason: str) -> None:
         self._psi_available = False
@@ -227,6 +252,10 @@ class ProcSource:
                 None if prev is None else pressure_fraction(prev[1], totals.some, prev[0], now)
             )
 
+        pod_usage = self._pod_usage(now)
+        sized = self.usage is not None and self.usage.layout is not None
+        if sized:
+            self._count_cores(now)
         psi_ok = self._psi_available
         for name in self._features:
             if name == "cpu":
@@ -238,9 +267,15 @@ class ProcSource:
                 resource = name.removesuffix("_pressure")
                 p = pressure.get(resource)
                 values[name] = (0.0 if not psi_ok else math.nan) if p is None else p
+        psi_cpu = pressure.get("cpu") if psi_ok else None
         return Sample(
             features=tuple([values[n] for n in self._features]),
             psi_available=psi_ok,
             missing=bool(problems),
             problems=tuple(problems),
+            cpu_util=math.nan if util is None else util,
+            psi_cpu=math.nan if psi_cpu is None else psi_cpu,
+            cores=self._cores if sized else math.nan,
+            memory_bytes=self._memory_total if sized else math.nan,
+            pod_usage=pod_usage,
         )

@@ -165,6 +165,15 @@ def cpu_utilisation(prev: CpuTimes, cur: CpuTimes) -> float | None:
     return min(1.0, d_busy / d_total)
 
 
+def count_cpus(data: bytes) -> int:
+    """The number of ``cpuN`` lines of ``/proc/stat``: the CPUs online.
+
+    >>> count_cpus(b"cpu  10 1 5 80\\ncpu0 5 0 2 40\\ncpu1 5 1 3 40\\nintr 1 2\\n")
+    2
+    """
+    return sum(1 for line in data.split(b"\n") if line[:3] == b"cpu" and line[3:4].isdigit())
+
+
 def parse_meminfo_head(data: bytes) -> tuple[int, int] | None:
     """(MemTotal, MemAvailable) in kB from ``/proc/meminfo``; None if MemAvailable is absent.
 

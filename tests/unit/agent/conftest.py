@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ class FakeProc:
         self.root = root
         (root / "pressure").mkdir(parents=True)
         self.meminfo_lines = (FIXTURES / "meminfo").read_text().splitlines()
+        self.cores = 1  # cpuN lines written by set_cpu
 
     def set_cpu(
         self,
@@ -35,8 +37,9 @@ class FakeProc:
         guest_nice: int = 0,
     ) -> None:
         fields = (user, nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice)
-        line = "cpu  " + " ".join(str(f) for f in fields)
-        (self.root / "stat").write_text(line + "\ncpu0 " + " ".join(str(f) for f in fields) + "\n")
+        values = " ".join(str(f) for f in fields)
+        per_cpu = "".join(f"cpu{i} {values}\n" for i in range(self.cores))
+        (self.root / "stat").write_text(f"cpu  {values}\n{per_cpu}intr 0\n")
 
     def set_memory(self, total_kb: int, available_kb: int) -> None:
         out = []
@@ -66,3 +69,76 @@ def fake_proc(tmp_path: Path) -> FakeProc:
     for resource in ("cpu", "memory", "io"):
         proc.set_psi(resource, 0)
     return proc
+
+
+class FakeCgroups:
+    """A kubepods cgroup tree in a temporary directory, as the kubelet lays it out (a fake: the
+    real cgroup filesystem cannot be scripted without root).
+
+    ``version`` 1 (a hierarchy per controller; here ``cpu,cpuacct`` with the usual ``cpu`` and
+    ``cpuacct`` links, and ``memory``) or 2 (one hierarchy); ``driver`` ``cgroupfs`` or
+    ``systemd``. Pods are ``guaranteed``, ``burstable`` or ``besteffort``.
+    """
+
+    def __init__(self, root: Path, version: int, driver: str) -> None:
+        self.root, self.version, self.driver = root, version, driver
+        self._pods: dict[str, tuple[str, str]] = {}  # uid -> (relative dir, qos)
+        if version == 1:
+            (root / "cpu,cpuacct").mkdir(parents=True, exist_ok=True)
+            for link in ("cpu", "cpuacct"):
+                if not (root / link).exists():
+                    (root / link).symlink_to("cpu,cpuacct")
+            (root / "memory").mkdir(exist_ok=True)
+
+    @property
+    def top(self) -> str:
+        return "kubepods.slice" if self.driver == "systemd" else "kubepods"
+
+    def _relative(self, uid: str, qos: str) -> str:
+        if self.driver == "cgroupfs":
+            return f"pod{uid}" if qos == "guaranteed" else f"{qos}/pod{uid}"
+        escaped = uid.replace("-", "_")
+        if qos == "guaranteed":
+            return f"kubepods-pod{escaped}.slice"
+        return f"kubepods-{qos}.slice/kubepods-{qos}-pod{escaped}.slice"
+
+    def _hierarchy(self, controller: str) -> Path:
+        if self.version == 2:
+            return self.root / self.top
+        return self.root / ("cpuacct" if controller == "cpu" else "memory") / self.top
+
+    def pod_dir(self, uid: str, controller: str = "cpu") -> Path:
+        return self._hierarchy(controller) / self._pods[uid][0]
+
+    def add_pod(self, uid: str, qos: str, cpu_seconds: float, memory: int, inactive: int) -> None:
+        self._pods[uid] = (self._relative(uid, qos), qos)
+        for controller in ("cpu", "memory"):
+            self.pod_dir(uid, controller).mkdir(parents=True, exist_ok=True)
+        self.set_usage(uid, cpu_seconds, memory, inactive)
+
+    def write(self, uid: str, name: str, data: bytes) -> None:
+        controller = "cpu" if name.startswith("cpu") else "memory"
+        (self.pod_dir(uid, controller) / name).write_bytes(data)
+
+    def set_usage(self, uid: str, cpu_seconds: float, memory: int, inactive: int) -> None:
+        if self.version == 2:
+            usec = round(cpu_seconds * 1e6)
+            self.write(uid, "cpu.stat", f"usage_usec {usec}\nuser_usec {usec}\n".encode())
+            self.write(uid, "memory.current", f"{memory}\n".encode())
+            stat = f"anon {memory - inactive}\ninactive_file {inactive}\nactive_file 0\n"
+        else:
+            self.write(uid, "cpuacct.usage", f"{round(cpu_seconds * 1e9)}\n".encode())
+            self.write(uid, "memory.usage_in_bytes", f"{memory}\n".encode())
+            stat = f"cache 0\ninactive_file 0\ntotal_cache {inactive}\n"
+            stat += f"total_inactive_file {inactive}\n"
+        self.write(uid, "memory.stat", stat.encode())
+
+    def remove_pod(self, uid: str) -> None:
+        for controller in ("cpu", "memory"):
+            shutil.rmtree(self.pod_dir(uid, controller), ignore_errors=True)
+        del self._pods[uid]
+
+    def remove_all(self) -> None:
+        for controller in ("cpu", "memory"):
+            shutil.rmtree(self._hierarchy(controller), ignore_errors=True)
+        self._pods.clear()

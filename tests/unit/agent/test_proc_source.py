@@ -6,14 +6,15 @@ import errno
 import logging
 import math
 import os
+from pathlib import Path
 
 import psutil
 import pytest
 
 from agent.proc_source import PSI_GIVE_UP, ProcSource, procfs_root, read_bytes
-from agent.telemetry import parse_cpu_line
+from agent.telemetry import PodUsage, parse_cpu_line
 
-from .conftest import FIXTURES, FakeProc
+from .conftest import FIXTURES, FakeCgroups, FakeProc
 
 
 def test_features_follow_the_design_formulas(fake_proc: FakeProc) -> None:
@@ -196,3 +197,53 @@ def test_stat_parser_agrees_with_psutil(fake_proc: FakeProc) -> None:
         assert getattr(ours, name) == pytest.approx(getattr(theirs, name) * hz), name
     real = parse_cpu_line((FIXTURES / "stat_head").read_bytes())
     assert real.user == 101216 and real.steal == 400
+
+
+def test_cpu_utilisation_and_pressure_come_with_every_sample(fake_proc: FakeProc) -> None:
+    src = ProcSource(str(fake_proc.root))
+    first = src.read(0.0)
+    assert math.isnan(first.cpu_util) and math.isnan(first.psi_cpu)
+    fake_proc.set_cpu(1100, 0, 550, 8050)
+    fake_proc.set_psi("cpu", 25_000)
+    s = src.read(0.1)
+    assert (s.cpu_util, s.psi_cpu) == (pytest.approx(0.75), pytest.approx(0.25))
+    # No kubepods tree (no cgroup root at all): no node size and no pods' usage, as before.
+    assert math.isnan(s.cores) and math.isnan(s.memory_bytes) and s.pod_usage is None
+
+
+def test_with_a_kubepods_tree_the_node_size_and_the_pods_usage_are_read(
+    fake_proc: FakeProc, tmp_path: Path
+) -> None:
+    uid = "3f1c2a4e-5b6d-4c7e-8f9a-0b1c2d3e4f5a"
+    tree = FakeCgroups(tmp_path / "cgroup", 2, "systemd")
+    tree.add_pod(uid, "burstable", cpu_seconds=1.0, memory=2**30, inactive=0)
+    fake_proc.cores = 4
+    fake_proc.set_cpu(1000, 0, 500, 8000)
+    src = ProcSource(str(fake_proc.root), cgroup_root=str(tmp_path / "cgroup"))
+    # Ten ticks a second, each a little early or late: the pods are read every 0.5 s.
+    times = [0.1 * i + (0.004 if i % 2 else -0.003) for i in range(21)]
+    samples = [src.read(t) for t in times]
+    read_at = [round(t, 1) for t, s in zip(times, samples, strict=True) if s.pod_usage is not None]
+    assert read_at == [0.0, 0.5, 1.0, 1.5, 2.0]
+    assert samples[0].pod_usage == {uid: PodUsage(1.0, float(2**30))}
+    assert all(s.cores == 4.0 and s.memory_bytes == 8_000_000 * 1024 for s in samples)
+    # Without the memory feature, MemTotal is still read for the node's size.
+    cpu_only = ProcSource(str(fake_proc.root), ("cpu",), cgroup_root=str(tmp_path / "cgroup"))
+    assert cpu_only.read(0.0).memory_bytes == 8_000_000 * 1024
+    # An interval of 0 turns the reading off.
+    off = ProcSource(
+        str(fake_proc.root), cgroup_root=str(tmp_path / "cgroup"), pod_usage_interval=0
+    )
+    assert off.read(0.0).pod_usage is None and math.isnan(off.read(0.1).cores)
+
+
+def test_cores_fall_back_to_psutil_when_stat_lists_no_cpu(
+    fake_proc: FakeProc, tmp_path: Path
+) -> None:
+    FakeCgroups(tmp_path / "cgroup", 1, "cgroupfs").add_pod(
+        "3f1c2a4e-5b6d-4c7e-8f9a-0b1c2d3e4f5a", "besteffort", 0.0, 0, 0
+    )
+    fake_proc.cores = 0
+    fake_proc.set_cpu(1000, 0, 500, 8000)
+    src = ProcSource(str(fake_proc.root), cgroup_root=str(tmp_path / "cgroup"))
+    assert src.read(0.0).cores == psutil.cpu_count()
