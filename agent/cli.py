@@ -67,6 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # from the pipeline's own configuration, whose module loads numpy: set BLAS up before that.
     _single_threaded_blas()
     from agent.pipeline import PipelineConfig
+    from agent.proc_source import DEFAULT_POD_USAGE_INTERVAL
     from agent.service import ServiceConfig
 
     pipe = PipelineConfig()
@@ -159,7 +160,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         g,
         "--cgroup-root",
         default=svc.cgroup_root,
-        help="cgroup filesystem holding the kubepods tree (for --churn-hint cgroup)",
+        help="cgroup filesystem holding the kubepods tree (the host's, in a pod): each pod's own "
+        "usage for the per-class costs, and --churn-hint cgroup",
+    )
+    add_env_argument(
+        g,
+        "--pod-usage-interval",
+        default=DEFAULT_POD_USAGE_INTERVAL,
+        type=non_negative_float,
+        help="seconds between reads of the pods' cgroup usage (0: never; then no per-class data)",
     )
     add_env_argument(
         g,
@@ -314,7 +323,12 @@ def _run(args: argparse.Namespace) -> int:
         churn_hint=args.churn_hint,
         cgroup_root=args.cgroup_root,
     )
-    source = ProcSource(args.proc_root, args.features)
+    source = ProcSource(
+        args.proc_root,
+        args.features,
+        cgroup_root=args.cgroup_root,
+        pod_usage_interval=args.pod_usage_interval,
+    )
     service = AgentService(config, source, out=sys.stdout if args.standalone else None)
     if not (args.standalone or args.aggregator or args.extender):
         log.warning("no --aggregator and no --extender: computing capacity without reporting it")

@@ -6,8 +6,10 @@ Lists then watches pods with ``fieldSelector=spec.nodeName=<node>`` and feeds
 :class:`agent.pods.PodTable`. A watch that expires (HTTP 410 Gone: the resource version is too old)
 is answered with a fresh list; any other failure is retried with exponential backoff and jitter.
 The official client is synchronous, so the watch runs in its own thread and reports through a
-callback ``on_pods(count, changed)``; the caller hops back onto its event loop. This module is
-imported only when Kubernetes is in use: ``--no-kube`` and ``--standalone`` never load the client.
+callback ``on_pods(count, changed, classes)``, ``classes`` the running workload pods by uid with
+their classes when something changed (else None); the caller hops back onto its event loop. This
+module is imported only when Kubernetes is in use: ``--no-kube`` and ``--standalone`` never load
+the client.
 """
 
 from __future__ import annotations
@@ -16,18 +18,19 @@ import json
 import logging
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agent.backoff import Backoff
 from agent.pods import PodTable, pod_info_from_dict
+from carico.pods import PodClass
 
 log = logging.getLogger(__name__)
 
 WATCH_TIMEOUT_S = 300  # the server ends each watch after this; the loop resumes from the last rv
 REQUEST_TIMEOUT_S = 30.0
 
-OnPods = Callable[[int, bool], None]
+OnPods = Callable[[int, bool, Mapping[str, PodClass] | None], None]
 
 
 def load_api(kubeconfig: str | None) -> Any:
@@ -97,7 +100,7 @@ class PodWatcher:
         body = json.loads(resp.data)
         changed = self.table.replace(pod_info_from_dict(p) for p in body.get("items") or [])
         self.relists += 1
-        self._on_pods(self.table.count, changed)
+        self._notify(changed)
         return str(body.get("metadata", {}).get("resourceVersion", ""))
 
     def _run(self) -> None:
@@ -125,8 +128,7 @@ class PodWatcher:
                     if new_rv:
                         rv = str(new_rv)
                     if kind in ("ADDED", "MODIFIED", "DELETED"):
-                        changed = self.table.apply(kind, pod_info_from_dict(obj))
-                        self._on_pods(self.table.count, changed)
+                        self._notify(self.table.apply(kind, pod_info_from_dict(obj)))
                     if self._stop.is_set():
                         break
                 self._backoff.reset()
@@ -140,6 +142,9 @@ class PodWatcher:
             except Exception as exc:  # network errors come in many types; all mean "retry"
                 self._failed(exc)
                 rv = None
+
+    def _notify(self, changed: bool) -> None:
+        self._on_pods(self.table.count, changed, self.table.classes if changed else None)
 
     def _failed(self, exc: BaseException) -> None:
         self.errors += 1

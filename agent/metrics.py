@@ -16,6 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.pipeline import CapacityReport
+from carico.footprint import ClassFootprint
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class AgentStatus:
     reporter: ClientStatus | None = None  # None: no extender configured
     churn_hints: int | None = None  # None: no churn hint configured
     pod_watch_errors: int | None = None  # None: no pod watch
+    learned_classes: tuple[ClassFootprint, ...] = ()  # the footprints this node measured
+    pod_usage: tuple[int, int] | None = None  # pods read last time, readings skipped; None: off
 
 
 def _gauge(name: str, doc: str, value: float, node: str) -> GaugeMetricFamily:
@@ -91,6 +94,45 @@ class AgentCollector(Collector):
             yield _gauge(
                 "model_age_seconds", "Age of the global model used", report.model_age_s, node
             )
+            if report.classes is not None:
+                headroom = GaugeMetricFamily(
+                    "carico_agent_headroom",
+                    "Room left below the full level, per feature (per-class decisions)",
+                    labels=["node", "feature"],
+                )
+                for name, value in zip(st.feature_names, report.classes.headroom, strict=True):
+                    headroom.add_metric([node, name], value)
+                yield headroom
+        if st.learned_classes:
+            cpu = GaugeMetricFamily(
+                "carico_agent_class_cpu_cores",
+                "CPU demand of one pod of the class, measured on this node (cores)",
+                labels=["node", "class"],
+            )
+            memory = GaugeMetricFamily(
+                "carico_agent_class_memory_bytes",
+                "Memory of one pod of the class, measured on this node (bytes)",
+                labels=["node", "class"],
+            )
+            for learned in st.learned_classes:
+                cpu.add_metric([node, learned.name], learned.footprint.cpu)
+                memory.add_metric([node, learned.name], learned.footprint.memory)
+            yield cpu
+            yield memory
+        if st.pod_usage is not None:
+            yield _gauge(
+                "pod_usage_pods",
+                "Pods whose cgroup usage was read last time",
+                st.pod_usage[0],
+                node,
+            )
+            c = CounterMetricFamily(
+                "carico_agent_pod_usage_skipped",
+                "Pod cgroup readings skipped: a file missing, unreadable or malformed",
+                labels=["node"],
+            )
+            c.add_metric([node], st.pod_usage[1])
+            yield c
         counters = (
             ("samples", "Telemetry samples taken", st.samples),
             ("samples_missing", "Samples missing or malformed", st.samples_missing),

@@ -7,6 +7,11 @@ mirror pods of static manifests are excluded (the rule is :func:`carico.pods.is_
 same the extender applies). Only pods in phase Running count — a Pending pod uses
 nothing yet. :mod:`agent.kube_watch` turns API objects into :class:`PodInfo` and feeds the table;
 the table says whether an event changed anything, which starts the churn hold.
+
+Each workload pod also carries its workload class and requests (:func:`carico.pods.class_of_pod`,
+the function the extender applies to the same pod), so that the pods' measured usage is learned
+per class (docs/architecture.md#cost-and-capacity); :attr:`PodTable.classes` gives the running
+ones.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from carico.pods import is_workload_pod
+from carico.pods import PodClass, class_of_pod, is_workload_pod
 
 
 @dataclass(frozen=True)
@@ -25,6 +30,7 @@ class PodInfo:
     uid: str
     workload: bool
     running: bool
+    pod_class: PodClass | None = None  # a workload pod's class and requests
 
 
 def pod_info_from_dict(pod: Mapping[str, Any]) -> PodInfo:
@@ -32,10 +38,12 @@ def pod_info_from_dict(pod: Mapping[str, Any]) -> PodInfo:
     meta = pod.get("metadata") or {}
     owners = [str(o.get("kind", "")) for o in meta.get("ownerReferences") or []]
     phase = (pod.get("status") or {}).get("phase")
+    workload = is_workload_pod(owners, meta.get("annotations"))
     return PodInfo(
         uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
-        workload=is_workload_pod(owners, meta.get("annotations")),
+        workload=workload,
         running=phase == "Running",
+        pod_class=class_of_pod(pod) if workload else None,
     )
 
 
@@ -60,6 +68,15 @@ class PodTable:
     def count(self) -> int:
         return sum(1 for p in self._pods.values() if p.workload and p.running)
 
+    @property
+    def classes(self) -> dict[str, PodClass]:
+        """The running workload pods by uid, with their classes (a new dict: the caller's)."""
+        return {
+            uid: p.pod_class
+            for uid, p in self._pods.items()
+            if p.workload and p.running and p.pod_class is not None
+        }
+
     def replace(self, pods: Iterable[PodInfo]) -> bool:
         """Reset from a full list (start, or a relist after the watch expired); True if changed."""
         new = {p.uid: p for p in pods}
@@ -68,7 +85,8 @@ class PodTable:
         return changed
 
     def apply(self, event_type: str, pod: PodInfo) -> bool:
-        """Apply a watch event; True when a workload pod appeared, left or changed running state."""
+        """Apply a watch event; True when a workload pod appeared, left, or changed running state
+        or class (a controller adopting a bare pod)."""
         old = self._pods.get(pod.uid)
         if event_type == "DELETED":
             self._pods.pop(pod.uid, None)
@@ -81,5 +99,5 @@ class PodTable:
         return old != pod
 
 
-def _workload_view(pods: Mapping[str, PodInfo]) -> dict[str, bool]:
-    return {uid: p.running for uid, p in pods.items() if p.workload}
+def _workload_view(pods: Mapping[str, PodInfo]) -> dict[str, tuple[bool, PodClass | None]]:
+    return {uid: (p.running, p.pod_class) for uid, p in pods.items() if p.workload}

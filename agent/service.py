@@ -15,18 +15,20 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import asyncio
 
+    from agent.class_capacity import CapacityView
     from agent.metrics import AgentStatus
     from agent.wire import GlobalWorkload
 
 from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
 from agent.telemetry import TelemetrySource
+from carico.pods import PodClass
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +56,23 @@ class ServiceConfig:
 
 
 class PodState:
-    """The pod count and whether a pod event happened since the sampler last looked."""
+    """The pod count, whether a pod event happened since the sampler last looked, and the running
+    pods' classes when they changed. Updated on the event loop (the pod watch's thread hands its
+    updates over with ``call_soon_threadsafe``), read by the sampler on the same loop."""
 
     def __init__(self, known: bool = False) -> None:
         self.count = 0
         self.event = False
         self.known = known  # False until the pod watch has listed the node's pods
+        self.classes: Mapping[str, PodClass] | None = None  # new classes not yet taken
 
-    def update(self, count: int, changed: bool) -> None:
+    def update(
+        self, count: int, changed: bool, classes: Mapping[str, PodClass] | None = None
+    ) -> None:
         self.count, self.known = count, True
         self.event = self.event or changed
+        if classes is not None:
+            self.classes = classes
 
     def hint(self, name: str = "") -> None:
         """A churn hint (a pod cgroup came or went): the count is unchanged, the hold starts."""
@@ -73,31 +82,55 @@ class PodState:
         event, self.event = self.event, False
         return event
 
+    def take_classes(self) -> Mapping[str, PodClass] | None:
+        """The running pods' classes if they changed since the last call, else None."""
+        classes, self.classes = self.classes, None
+        return classes
+
+
+def _num(v: float) -> float | None:
+    return round(v, 6) if math.isfinite(v) else None
+
+
+def classes_json(view: CapacityView, names: tuple[str, ...]) -> dict[str, Any]:
+    """The per-class view: headroom per feature, and each running class's footprint (CPU demand
+    in cores, memory in bytes), where it comes from and its pods here."""
+    return {
+        "full_level": view.full_level,
+        "headroom": {n: _num(h) for n, h in zip(names, view.headroom, strict=True)},
+        "classes": [
+            {
+                "class": c.footprint.name,
+                "cpu_cores": _num(c.footprint.footprint.cpu),
+                "memory_bytes": _num(c.footprint.footprint.memory),
+                "source": c.footprint.source,
+                "pods": c.pods,
+            }
+            for c in view.classes
+        ],
+    }
+
 
 def report_json(node: str, report: CapacityReport, names: tuple[str, ...], ts: float) -> str:
     """The standalone output line (NaN becomes null: JSON has no NaN)."""
-
-    def num(v: float) -> float | None:
-        return round(v, 6) if math.isfinite(v) else None
-
-    return json.dumps(
-        {
-            "ts": round(ts, 3),
-            "node": node,
-            "avail": num(report.avail),
-            "k": num(report.k),
-            "capacity": num(report.capacity),
-            "per_pod_cost": num(report.per_pod_cost),
-            "pods": report.pods,
-            "mode": report.mode,
-            "y": {n: num(v) for n, v in zip(names, report.features, strict=True)},
-            "psi_available": report.psi_available,
-            "churn": report.churn,
-            "global_model": report.global_model,
-            "samples_missing": report.samples_missing,
-        },
-        allow_nan=False,
-    )
+    line: dict[str, Any] = {
+        "ts": round(ts, 3),
+        "node": node,
+        "avail": _num(report.avail),
+        "k": _num(report.k),
+        "capacity": _num(report.capacity),
+        "per_pod_cost": _num(report.per_pod_cost),
+        "pods": report.pods,
+        "mode": report.mode,
+        "y": {n: _num(v) for n, v in zip(names, report.features, strict=True)},
+        "psi_available": report.psi_available,
+        "churn": report.churn,
+        "global_model": report.global_model,
+        "samples_missing": report.samples_missing,
+    }
+    if report.classes is not None:
+        line["per_class"] = classes_json(report.classes, names)
+    return json.dumps(line, allow_nan=False)
 
 
 class AgentService:
@@ -139,6 +172,9 @@ class AgentService:
         """Take one sample and run the pipeline (what the sampler does at every tick)."""
         now = self.monotonic()
         sample = self.source.read(now)
+        classes = self.pods.take_classes()
+        if classes is not None:
+            self.pipeline.set_pods(now, classes)
         pods = sample.pods
         if pods is None and self.pods.known:
             pods = self.pods.count
@@ -221,14 +257,17 @@ class AgentService:
             local,
             self.source.feature_names,
             est.per_pod_cost if est.cost_learned else None,
+            learned_classes=self.pipeline.classes.learner.all_learned(),
         )
 
     def apply_global(self, reply: Any) -> None:
-        """Use a GlobalModel reply: the model for the merge, the fleet prior for the cost."""
-        from agent.wire import factor_from_wire, global_workload_of
+        """Use a GlobalModel reply: the model for the merge, the fleet prior for the cost, the
+        fleet's per-class medians for the classes this node has not measured."""
+        from agent.wire import factor_from_wire, fleet_from_wire, global_workload_of
 
         if reply.priors.has_per_pod_cost:
             self.pipeline.set_fleet_prior(reply.priors.median_per_pod_cost)
+        self.pipeline.set_fleet_classes(fleet_from_wire(reply.priors))
         if not reply.has_model:
             return
         try:
@@ -253,6 +292,7 @@ class AgentService:
         if self.reporter is not None:
             rp = self.reporter
             reporter = ClientStatus(rp.sent, rp.errors, rp.connected)
+        usage = getattr(self.source, "usage", None)  # ProcSource's cgroup reader, when reading
         return AgentStatus(
             node=self.config.node,
             feature_names=tuple(self.source.feature_names),
@@ -266,6 +306,8 @@ class AgentService:
             reporter=reporter,
             churn_hints=None if self.churn_hint is None else self.churn_hint.events,
             pod_watch_errors=None if self.watcher is None else self.watcher.errors,
+            learned_classes=tuple(self.pipeline.classes.learner.all_learned()),
+            pod_usage=None if usage is None else (usage.pods, usage.skipped),
         )
 
     def ready(self) -> str | None:
@@ -331,8 +373,12 @@ class AgentService:
 
         loop = asyncio.get_running_loop()
 
-        def on_pods(count: int, changed: bool) -> None:  # called on the watch thread
-            loop.call_soon_threadsafe(self.pods.update, count, changed)
+        def on_pods(  # called on the watch thread
+            count: int, changed: bool, classes: Mapping[str, PodClass] | None
+        ) -> None:
+            # The watcher hands over a dict of its own (PodTable.classes), never touched again
+            # on its thread: the loop thread may keep it.
+            loop.call_soon_threadsafe(self.pods.update, count, changed, classes)
 
         watcher = PodWatcher(load_api(self.config.kubeconfig or None), self.config.node, on_pods)
         watcher.start()

@@ -9,6 +9,7 @@ taken relative to the count when the watch first listed. Waits are liveness boun
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 import kubernetes
@@ -17,6 +18,7 @@ from e2e_controlplane import wait_for
 from fake_kubelet import FakeKubelet
 
 from agent.kube_watch import PodWatcher
+from carico.pods import PodClass, Requests
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -64,7 +66,7 @@ def test_watch_counts_running_workload_pods_on_its_node(
     counts: list[tuple[int, bool]] = []
     lock = threading.Lock()
 
-    def on_pods(count: int, changed: bool) -> None:
+    def on_pods(count: int, changed: bool, classes: Mapping[str, PodClass] | None) -> None:
         with lock:
             counts.append((count, changed))
 
@@ -88,6 +90,16 @@ def test_watch_counts_running_workload_pods_on_its_node(
         wait_for(lambda: watcher.table.count == base + 2, TIMEOUT_S, "two workload pods counted")
         # The DaemonSet pod runs on the node but is not a workload pod.
         assert ds_pod_running() and watcher.table.count == base + 2
+        # The running workload pods come with their class: these bare pods ask for nothing.
+        classes = watcher.table.classes
+        for name in ("w1", "w2"):
+            uid = core.read_namespaced_pod(name, namespace).metadata.uid
+            assert classes[uid] == PodClass("bare/best-effort", Requests())
+        ds_uids = {
+            p.metadata.uid
+            for p in core.list_namespaced_pod(namespace, label_selector="app=ds").items
+        }
+        assert not ds_uids & set(classes)
         with lock:
             assert any(changed for _, changed in counts[1:])  # the events start the churn hold
 

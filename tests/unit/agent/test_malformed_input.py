@@ -8,6 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.cgroup_usage import usage_v1, usage_v2
 from agent.proc_source import ProcSource, read_bytes
 from agent.psi import PsiParseError, parse_psi
 from agent.telemetry import parse_meminfo_head
@@ -68,3 +69,14 @@ def test_proc_source_never_raises_on_arbitrary_files(
     s = src.read(0.1)
     assert len(s.features) == 3
     assert all(math.isnan(v) or 0.0 <= v <= 1.0 for v in s.features)
+
+
+@settings(derandomize=True, max_examples=150, deadline=None)
+@given(st.binary(max_size=60), st.binary(max_size=60), st.binary(max_size=120))
+def test_cgroup_parsers_raise_only_value_errors(cpu: bytes, memory: bytes, stat: bytes) -> None:
+    for parse in (usage_v1, usage_v2):
+        try:
+            usage = parse(cpu, memory, stat)
+        except ValueError:
+            continue
+        assert usage.cpu_seconds >= 0 and usage.memory_bytes >= 0

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from agent.pods import PodInfo, PodTable, pod_info_from_dict
-from carico.pods import MIRROR_ANNOTATION
+from carico.pods import MIRROR_ANNOTATION, PodClass, Requests
 
 
 def pod(
@@ -59,3 +59,60 @@ def test_relist_reports_change_only_when_workload_pods_differ() -> None:
     assert not table.replace([PodInfo("a", True, True), PodInfo("ds2", False, True)])
     assert table.replace([PodInfo("a", True, False)])
     assert table.count == 0
+
+
+def web_pod(uid: str, phase: str = "Running", owned: bool = True) -> dict[str, Any]:
+    """A pod of the Deployment ``web`` (its ReplicaSet ``web-5d8f9``) as the API serves it."""
+    meta: dict[str, Any] = {
+        "uid": uid,
+        "name": f"web-5d8f9-{uid}",
+        "namespace": "shop",
+        "labels": {"app": "web", "pod-template-hash": "5d8f9"},
+    }
+    if owned:
+        meta["ownerReferences"] = [
+            {"kind": "ReplicaSet", "name": "web-5d8f9", "uid": "rs", "controller": True}
+        ]
+    container = {"name": "main", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}}
+    sidecar = {"name": "log", "restartPolicy": "Always", "resources": {"requests": {"cpu": "50m"}}}
+    return {
+        "metadata": meta,
+        "spec": {"containers": [container], "initContainers": [sidecar]},
+        "status": {"phase": phase},
+    }
+
+
+WEB = PodClass("shop/Deployment/web", Requests(0.3, 64 * 2**20))
+
+
+def test_running_workload_pods_come_with_their_class_and_requests() -> None:
+    table = PodTable()
+    table.replace(
+        pod_info_from_dict(p)
+        for p in [
+            web_pod("a"),
+            web_pod("b", phase="Pending"),  # not running: not in the classes
+            pod("ds", owner="DaemonSet"),  # not a workload pod: no class
+            pod("bare", owner=None),
+        ]
+    )
+    # The class and the requests are those the extender computes for the same pod.
+    assert table.classes == {
+        "a": WEB,
+        "bare": PodClass("bare/best-effort", Requests()),
+    }
+    assert pod_info_from_dict(pod("ds", owner="DaemonSet")).pod_class is None
+    assert table.apply("MODIFIED", pod_info_from_dict(web_pod("b")))
+    assert set(table.classes) == {"a", "b", "bare"}
+    classes = table.classes
+    table.apply("DELETED", pod_info_from_dict(web_pod("a")))
+    assert "a" in classes and "a" not in table.classes  # each call gives a dict of its own
+
+
+def test_a_pod_adopted_by_a_controller_changes_class() -> None:
+    table = PodTable()
+    table.replace([pod_info_from_dict(web_pod("a", owned=False))])
+    assert table.classes["a"].name.startswith("bare/")
+    assert table.apply("MODIFIED", pod_info_from_dict(web_pod("a")))  # adopted
+    assert table.classes == {"a": WEB} and table.count == 1
+    assert not table.replace([pod_info_from_dict(web_pod("a"))])
