@@ -72,8 +72,8 @@ class Sample:
 
     ``cpu_util`` and ``psi_cpu`` are the node's CPU utilisation and CPU pressure (NaN when not
     read); ``cores`` and ``memory_bytes`` its size (NaN when unknown). ``pod_usage``, per pod uid,
-    is each pod's own usage, from the sources that read it (once a second is enough: it feeds the
-    per-class footprints, not the 10 Hz signal); None when the source did not read it.
+    is each pod's own usage, from the sources that read it (about twice a second is enough: it
+    feeds the per-class footprints, not the 10 Hz signal); None when the source did not read it.
     ``running`` is the node's running workload pods with their classes, from a source that knows
     them (the simulator) and only when they changed; None otherwise (the pod watch tells).
     """

@@ -179,12 +179,10 @@ def carico(
 def fake_procfs(
     tmp_path_factory: pytest.TempPathFactory, fake_kubelet: FakeKubelet
 ) -> Iterator[FakeProcfs]:
-    """Per-node fake procfs trees, written from the pods the fake kubelet runs."""
-
-    def running() -> dict[str, int]:
-        return {node: counts.running for node, counts in fake_kubelet.pod_counts().items()}
-
-    procfs = FakeProcfs(tmp_path_factory.mktemp("procfs"), [n.name for n in FAKE_NODES], running)
+    """Per-node fake procfs and cgroup trees, written from the pods the fake kubelet runs."""
+    procfs = FakeProcfs(
+        tmp_path_factory.mktemp("procfs"), [n.name for n in FAKE_NODES], fake_kubelet.running_pods
+    )
     procfs.start()
     try:
         yield procfs

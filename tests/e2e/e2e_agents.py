@@ -1,11 +1,13 @@
 """Real ``carico agent`` processes, one per simulated node, for the e2e tier.
 
 Each agent is the installed CLI, unchanged: it samples its node's fake procfs tree
-(fake_procfs.py) through ``--proc-root``, counts its node's pods with the real API watch
-(``--kubeconfig`` of the test control plane), runs the production pipeline (Dynamic EMA, local
-model, capacity signal, cost/capacity estimator) and streams ``NodeCapacity`` to
-``--extender 127.0.0.1:<port>``. That port is fixed for the session: every test's extender listens
-on it, and the agents reconnect (backoff at most ``BACKOFF_MAX_S``) whenever one starts.
+(fake_procfs.py) through ``--proc-root``, reads its pods' usage from the node's fake cgroup tree
+through ``--cgroup-root``, counts its node's pods (and learns their classes) with the real API
+watch (``--kubeconfig`` of the test control plane), runs the production pipeline (Dynamic EMA,
+local model, capacity signal, cost/capacity estimator, per-class footprints and headroom) and
+streams ``NodeCapacity`` to ``--extender 127.0.0.1:<port>``. That port is fixed for the session:
+every test's extender listens on it, and the agents reconnect (backoff at most ``BACKOFF_MAX_S``)
+whenever one starts.
 
 Deliberate settings, each an ordinary agent flag:
 
@@ -21,7 +23,8 @@ Deliberate settings, each an ordinary agent flag:
 
 Agents run like control-plane components (e2e_controlplane.Component): own process group, log
 file, SIGTERM then SIGKILL on stop, parent-death signal. :func:`warm_up` teaches every agent its
-per-pod cost before the suite, by stepping real pods through each node.
+per-pod cost and the footprint of the bed's bare pods (class ``bare/best-effort``) before the
+suite, by stepping real pods through each node.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from typing import Any
 import kubernetes
 from e2e_controlplane import Component, free_ports, wait_for
 from e2e_extender import ExtenderProcess
-from fake_procfs import FakeProcfs
+from fake_procfs import FakeProcfs, PodLoadModel
 from prometheus_client.parser import text_string_to_metric_families
+
+from carico.pods import class_of_pod
 
 BACKOFF_MAX_S = 1.0
 HALF_LIFE_S = 1e6
@@ -49,6 +54,14 @@ SETTLED_REPORTS = 6  # reports after the churn hold: the estimator's settled win
 # The learned cost and the idle avail must match the model this closely: the telemetry is exact
 # below CPU saturation, so what remains is counter rounding (1 µs in 0.8 s of CPU time).
 LEARNED_REL_TOL = 0.01
+# A class's learned CPU footprint must match the model's pod this closely: each reading of a pod's
+# CPU counter is up to one write (20 ms) older than the agent's clock says, over 0.5 s between
+# readings (4 %), or more while the writer thread waits for a core on a loaded machine; the
+# footprint averages readings of every pod. Memory is exact (bytes, read as written).
+CLASS_REL_TOL = 0.05
+# How close the room the agents' headroom leaves must come to the model's: the headroom is the full
+# level minus the smoothed telemetry, exact below CPU saturation up to counter rounding.
+ROOM_TOL = 0.05
 
 
 def _http_ok(url: str) -> bool:
@@ -110,6 +123,7 @@ class AgentProcess:
         metrics_port: int,
         log_dir: Path,
         aggregator: str = "",
+        cgroup_root: Path | None = None,
     ) -> None:
         self.node = node
         self.metrics_port = metrics_port
@@ -137,6 +151,8 @@ class AgentProcess:
         ]
         if aggregator:
             argv += ["--aggregator", aggregator]
+        if cgroup_root is not None:
+            argv += ["--cgroup-root", str(cgroup_root)]
         self.component = Component(f"agent-{node}", argv, log_dir)
 
     @property
@@ -156,7 +172,8 @@ class AgentProcess:
 
     def metrics(self) -> dict[str, float]:
         """The agent's own gauges and counters for its node (``carico_agent_`` stripped; the
-        mode as ``mode_live``/``mode_estimate``)."""
+        mode as ``mode_live``/``mode_estimate``, a feature's as ``<name>_<feature>``, a class's
+        as ``<name>[<class>]``)."""
         with urllib.request.urlopen(self._url("/metrics"), timeout=5) as resp:
             text = resp.read().decode()
         out: dict[str, float] = {}
@@ -169,6 +186,8 @@ class AgentProcess:
                     name = f"{name}_{sample.labels['mode']}"
                 elif "feature" in sample.labels:
                     name = f"{name}_{sample.labels['feature']}"
+                elif "class" in sample.labels:
+                    name = f"{name}[{sample.labels['class']}]"
                 out[name] = sample.value
         return out
 
@@ -212,6 +231,7 @@ class NodeAgents:
                 port,
                 log_dir,
                 aggregator,
+                cgroup_root=procfs.cgroup_root(node),
             )
             for node, port in zip(nodes, ports, strict=True)
         }
@@ -243,8 +263,18 @@ class NodeAgents:
     def expected_avail(self, node: str, pods: int = 0) -> float:
         return self.procfs.node_model(node).expected_avail(pods, idle=self.procfs.model)
 
+    def expected_room(self, node: str, pods: int = 0) -> float:
+        return self.procfs.node_model(node).expected_room(pods)
+
+
+def room_of(headroom: dict[str, float], model: PodLoadModel) -> float:
+    """The model pod's room in a headroom (per feature): min_j headroom_j / need_j."""
+    need = dict(zip(("cpu", "memory"), model.need, strict=True))
+    return min(headroom[f] / need[f] for f in need)
+
 
 def _warm_pod(name: str, node: str) -> dict[str, Any]:
+    """A bare pod that asks for nothing, bound to ``node``: of the class the tests' pods have."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -277,16 +307,22 @@ def _settle(agents: NodeAgents, pods: int, timeout_s: float) -> None:
     wait_for(settled, timeout_s, f"agents settled at {pods} pods", interval_s=0.5)
 
 
+# The workload class of the warm-up pods and of the tests' bare pods (carico.pods.class_of_pod).
+BARE_CLASS = class_of_pod(_warm_pod("x", "n")).name
+
+
 def warm_up(
     api_client: kubernetes.client.ApiClient, agents: NodeAgents, timeout_s: float = 120.0
 ) -> None:
     """Step real pods through every node (``WARM_STEPS``) until each agent has learned the
-    model's per-pod cost, then empty the nodes and wait for the idle avail.
+    model's per-pod cost and the footprint of their class, then empty the nodes and wait for the
+    idle avail and room.
 
     The estimator learns the cost only across a change of the pod count with settled windows on both
     sides and pods on both sides (docs/architecture.md#cost-and-capacity); its first differenced
-    measurement, far from the configured prior, is gated out, the second is taken. Fails with the
-    agents' figures if they do not learn.
+    measurement, far from the configured prior, is gated out, the second is taken. The class's
+    footprint is learned from the pods' cgroups while they run. Fails with the agents' figures if
+    they do not learn.
     """
     core = kubernetes.client.CoreV1Api(api_client)
     ns = f"carico-warmup-{uuid.uuid4().hex[:6]}"
@@ -298,7 +334,8 @@ def warm_up(
         60,
         f"ServiceAccount {ns}/default",
     )
-    expected_cost = agents.procfs.model.per_pod_cost
+    model = agents.procfs.model
+    expected_cost = model.per_pod_cost
     current = 0
     try:
         for step, target in enumerate(WARM_STEPS):
@@ -314,6 +351,9 @@ def warm_up(
         def learned() -> bool:
             return all(
                 abs(m["per_pod_cost"] - expected_cost) <= LEARNED_REL_TOL * expected_cost
+                and abs(m.get(f"class_cpu_cores[{BARE_CLASS}]", 0.0) - model.pod_cpu_rate(1))
+                <= CLASS_REL_TOL * model.pod_cpu_rate(1)
+                and m.get(f"class_memory_bytes[{BARE_CLASS}]") == model.pod_memory
                 for m in agents.metrics().values()
             )
 
@@ -328,7 +368,7 @@ def warm_up(
 
 
 def wait_for_idle(agents: NodeAgents, timeout_s: float) -> None:
-    """Every agent reports no pods and the model's idle avail (live)."""
+    """Every agent reports no pods, the model's idle avail (live) and its idle room."""
 
     def idle() -> bool:
         for node, m in agents.metrics().items():
@@ -336,6 +376,10 @@ def wait_for_idle(agents: NodeAgents, timeout_s: float) -> None:
             if m.get("pods") != 0 or m.get("mode_live") != 1.0:
                 return False
             if abs(m["avail"] - want) > LEARNED_REL_TOL * want:
+                return False
+            headroom = {f: m.get(f"headroom_{f}", -1.0) for f in ("cpu", "memory")}
+            room = room_of(headroom, agents.procfs.node_model(node))
+            if abs(room - agents.expected_room(node)) > ROOM_TOL:
                 return False
         return True
 

@@ -318,6 +318,16 @@ class FakeKubelet:
         with self._lock:
             return {n: self._counts_locked(n) for n in self.nodes}
 
+    def running_pods(self) -> dict[str, list[str]]:
+        """The uids of the pods Running on each node (those ``pod_counts`` counts as running):
+        the pods whose containers, and cgroups, exist."""
+        with self._lock:
+            out: dict[str, list[str]] = {n: [] for n in self.nodes}
+            for uid, p in self._pods.items():
+                if p.phase == "Running" and not p.deleting:
+                    out[p.node].append(uid)
+            return out
+
     def _notify(self, nodes: set[str]) -> None:
         if self.on_pod_counts is None:
             return
