@@ -31,6 +31,7 @@ import numpy as np
 from agent.telemetry import PodUsage, feature_scale, pod_cpu_demand
 from carico.footprint import (
     EMPTY_FLEET,
+    MAX_CLASSES_PER_REPORT,
     ClassFootprint,
     FleetSummary,
     Footprint,
@@ -210,7 +211,13 @@ class ClassCapacity:
         counts = self._counts_at(now)
         expected = np.maximum(unexplained, base) + s @ self._load(counts, fps)
         headroom = np.maximum(self.full_level - expected, 0.0)
-        classes = tuple(ClassReport(fps[name], n) for name, n in sorted(counts.items()))
+        # The running classes, and every class learned here (with 0 pods when none runs now): the
+        # extender's fleet view is made of the reports, so a class learned here must outlive its
+        # pods, or its next pods would be probed again as if nobody knew them.
+        reported = [ClassReport(fps[name], n) for name, n in sorted(counts.items())]
+        learned = reversed(self.learner.all_learned())  # the most recently seen first
+        reported += [ClassReport(c, 0) for c in learned if c.name not in counts]
+        classes = tuple(reported[:MAX_CLASSES_PER_REPORT])
         return CapacityView(
             tuple(float(h) for h in headroom),
             scale,

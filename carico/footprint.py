@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from carico.pods import Requests
 
 SOURCES = ("learned", "fleet", "requests", "typical", "default")
+# The most classes one node's report (and one sender's model) carries: the receivers refuse more.
+MAX_CLASSES_PER_REPORT = 256
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from carico.footprint import SOURCES, ClassFootprint, FleetSummary, Footprint
+from carico.footprint import (
+    MAX_CLASSES_PER_REPORT,
+    SOURCES,
+    ClassFootprint,
+    FleetSummary,
+    Footprint,
+)
 from carico.names import MAX_SUBDOMAIN, subdomain_problem
 from carico.pods import MAX_CLASS_NAME, Requests
 from protos.carico.v1 import capacity_pb2
@@ -42,8 +48,6 @@ MAX_AVAIL = 1e6
 # A node passes the filter when this many pods of the incoming pod's class fit (avail − reserved
 # for a node without per-class data).
 DEFAULT_THRESHOLD = 1.0
-# A node reports the classes of the pods running on it: far fewer than this.
-MAX_REPORTED_CLASSES = 256
 MAX_FEATURES = 64
 NO_REQUESTS = Requests()
 
@@ -155,8 +159,8 @@ def _validate_classes(msg: capacity_pb2.NodeCapacity) -> str | None:
         return "headroom, scale and node size must be finite and not negative"
     if not 0 < msg.full_level <= 1:
         return f"full_level {msg.full_level} is not in (0, 1]"
-    if len(msg.classes) > MAX_REPORTED_CLASSES:
-        return f"{len(msg.classes)} classes: more than {MAX_REPORTED_CLASSES}"
+    if len(msg.classes) > MAX_CLASSES_PER_REPORT:
+        return f"{len(msg.classes)} classes: more than {MAX_CLASSES_PER_REPORT}"
     for c in [*msg.classes, msg.default_footprint]:
         values = (c.cpu_cores, c.memory_bytes, c.request_cpu_cores, c.request_memory_bytes)
         if not all(math.isfinite(x) and x >= 0 for x in values):

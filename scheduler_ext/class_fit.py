@@ -62,8 +62,8 @@ class Fit:
 
     ``room`` is how many pods' worth of free room the node has for the class (a real number);
     ``count`` the pods that fit, a pod counting when more than half of it fits under the full
-    level (``room`` rounded to the nearest pod): the node's use then meets its full level on
-    average instead of never reaching it, and a pod a little larger than the node's free room
+    level (``room`` rounded to the nearest pod, half down): the node's use then meets its full
+    level on average instead of never reaching it, and a pod a little larger than the free room
     (a 4-thread pod on a 4-core node) is not held to one a node. Measured in the simulator
     against rounding down (docs/architecture.md#decisions).
     """
@@ -173,16 +173,19 @@ def node_fit(
     room = fit_count(free, need)
     # Pods that fit: a pod counts when more than half of it fits, except on an incompressible
     # feature, where it must fit whole.
-    count = math.floor(room + 0.5)
+    count = math.ceil(room - 0.5)
     hard = [i for i, name in enumerate(node.feature_names) if name in INCOMPRESSIBLE]
     hard = [i for i in hard if need[i] > _EPS]
     if hard:
         count = min(count, math.floor(min(free[i] / need[i] for i in hard)))
     count = max(count, 0)
-    if count < 1 and not (unknown_units or reserved or node.pods):
-        # An idle node takes one pod of any size while it has room on every feature: a pod whose
-        # demand exceeds the node runs slower there, but it must run somewhere.
-        count = 1 if bool(np.all(free > 0.0)) else 0
+    if count < 1 and not (unknown_units or reserved or any(node.pods.values())):
+        # An idle node takes one pod of any size while at least half its full level is free on
+        # every feature the pod needs: a pod whose demand exceeds the node runs slower there, but
+        # it must run somewhere (a node full of load no pod explains is not idle).
+        used = need > _EPS
+        roomy = bool(np.all(free > 0.0)) and bool(np.all(free[used] >= 0.5 * node.full_level))
+        count = 1 if roomy else 0
     if cost.source not in MEASURED:
         probing = class_in_flight + node.pods.get(workload_class, 0)
         count = max(min(count, PROBE_PODS - probing), 0)
