@@ -62,8 +62,16 @@ def test_headless_demo_places_pods_prints_a_summary_and_leaves_nothing() -> None
     assert "carico demo summary" in out
     placed = re.search(r"placed (\d+),", out)
     assert placed is not None and int(placed.group(1)) > 0, out
+    per_node = {}
     for node in ("sim-1", "sim-2", "sim-3"):
-        assert re.search(rf"{node}\s+placed\s+\d+\s+avail\s+\d", out), out  # every node reported
+        # every node reported; its pods placed, peak running pods and peak threads per core
+        row = re.search(rf"{node}\s+placed\s+(\d+)\s+peak\s+(\d+) pods.*avail\s+\d", out)
+        assert row is not None, out
+        per_node[node] = int(row.group(1))
+    # Carico spreads the pods (they once all landed on the first node: the demo's pods named no
+    # scheduler and were exempt), and no node ran over its capacity while another had room.
+    assert sum(1 for n in per_node.values() if n > 0) >= 2, out
+    assert "while another had room: 0.0 s" in out, out
     assert "errors: 0" in out
     assert _wait_gone(marker) == []
 
