@@ -23,7 +23,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/hadolint Dockerfile
-	$(VENV)/bin/shellcheck deploy/image/*.sh
+	$(VENV)/bin/shellcheck deploy/image/*.sh tests/e2e/gobuild/*.sh
 
 # Two workers: the e2e tier (one worker, it shares one control plane) mostly waits on its
 # processes, so the other tests run beside it.
@@ -47,10 +47,14 @@ demo: $(STAMP)
 browser:
 	@bash tests/integration/demo/install_browser.sh
 
-# Builds etcd and the Kubernetes control plane from pinned Go modules into .cache/e2e-bin/
-# (reused while the pins are unchanged); fails with a clear message when Go is missing.
+# Builds etcd and the Kubernetes control plane from pinned Go modules into .cache/e2e-bin/, the
+# real node (runc, containerd, kubelet, CNI plugins, the test images' program) into
+# .cache/node-bin/, and Carico's image (make image) into .cache/image/; each is reused while its
+# inputs are unchanged. Fails with a clear message when Go is missing.
 e2e-bin:
 	@bash tests/e2e/gobuild/build.sh >/dev/null
+	@bash tests/e2e/gobuild/node-build.sh >/dev/null
+	@bash tests/e2e/gobuild/image.sh >/dev/null
 
 e2e: $(STAMP) e2e-bin
 	$(VENV)/bin/pytest tests/e2e

@@ -29,7 +29,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -113,9 +113,16 @@ def _die_with_parent() -> None:
 class Component:
     """One control-plane process in its own process group, logging to a file."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_dir: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_dir: Path,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.name = name
         self.argv = list(argv)
+        self.env = dict(env) if env is not None else None
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_offset = 0  # where this start's output begins in the shared log file
@@ -128,6 +135,7 @@ class Component:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env=self.env,
                 start_new_session=True,  # own process group: killpg reaches any child it forks
                 preexec_fn=_die_with_parent,
             )
