@@ -124,7 +124,9 @@ class AgentProcess:
         log_dir: Path,
         aggregator: str = "",
         cgroup_root: Path | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
+        """``extra``: more agent flags (TLS for an extender that requires it)."""
         self.node = node
         self.metrics_port = metrics_port
         argv = [
@@ -153,6 +155,7 @@ class AgentProcess:
             argv += ["--aggregator", aggregator]
         if cgroup_root is not None:
             argv += ["--cgroup-root", str(cgroup_root)]
+        argv += extra
         self.component = Component(f"agent-{node}", argv, log_dir)
 
     @property
@@ -218,6 +221,7 @@ class NodeAgents:
         log_dir: Path,
         extender_grpc_port: int | None = None,
         aggregator: str = "",
+        extra: Sequence[str] = (),
     ) -> None:
         self.procfs = procfs
         self.extender_grpc_port = extender_grpc_port or free_ports(1)[0]
@@ -232,6 +236,7 @@ class NodeAgents:
                 log_dir,
                 aggregator,
                 cgroup_root=procfs.cgroup_root(node),
+                extra=extra,
             )
             for node, port in zip(nodes, ports, strict=True)
         }

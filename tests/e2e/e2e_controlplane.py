@@ -225,6 +225,7 @@ class ControlPlane:
         self.node_monitor_grace_s = node_monitor_grace_s
         self.verbosity = verbosity
         self.extenders = tuple(extenders)
+        self.profiles: tuple[str, ...] = (schedconfig.DEFAULT_PROFILE, schedconfig.CARICO_PROFILE)
         self.log_dir = workdir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.certs: CertPaths = write_pki(workdir / "pki")
@@ -273,6 +274,7 @@ class ControlPlane:
             qps=CLIENT_QPS,
             burst=CLIENT_BURST,
             leader_elect=False,
+            profiles=self.profiles,
         )
         path = self.workdir / "kube-scheduler.json"
         path.write_text(schedconfig.render(cfg))
@@ -453,13 +455,24 @@ class ControlPlane:
             raise
 
     def restart_scheduler(
-        self, extenders: Sequence[schedconfig.ExtenderConfig], timeout_s: float = 120.0
+        self,
+        extenders: Sequence[schedconfig.ExtenderConfig],
+        timeout_s: float = 120.0,
+        *,
+        profiles: Sequence[str] | None = None,
     ) -> None:
-        """Run kube-scheduler again with other extenders (the rest keeps running)."""
+        """Run kube-scheduler again with other extenders (the rest keeps running); ``profiles``
+        replaces its scheduler names (default: both, as at start), e.g. ``default-scheduler``
+        alone while another scheduler serves ``carico-scheduler``."""
         old = self.components.pop("kube-scheduler", None)
         if old is not None:
             old.stop()
         self.extenders = tuple(extenders)
+        self.profiles = (
+            tuple(profiles)
+            if profiles is not None
+            else (schedconfig.DEFAULT_PROFILE, schedconfig.CARICO_PROFILE)
+        )
         # A port from free_ports() is only free when it is picked: another process on the
         # machine can bind it before kube-scheduler does, which then exits at once. A fresh
         # port on a second or third try makes that race harmless; a real failure still raises.

@@ -134,6 +134,14 @@ def node_images(node_bin: Path, e2e_bin: Path, kube_version: str) -> list[SmallI
     ]
 
 
+def kube_version() -> str:
+    """The pinned Kubernetes release (the control plane's and the kubelet's)."""
+    for line in (REPO / "tests/e2e/gobuild/kube/go.mod").read_text().splitlines():
+        if line.startswith("require k8s.io/kubernetes "):
+            return line.split()[2]
+    raise RuntimeError("no k8s.io/kubernetes requirement in gobuild/kube/go.mod")
+
+
 def package_version() -> str:
     """Carico's version (the image tag and the chart's appVersion), from pyproject.toml."""
     for line in (REPO / "pyproject.toml").read_text().splitlines():
@@ -166,6 +174,7 @@ __all__ = [
     "WORKLOAD_IMAGE",
     "SmallImage",
     "carico_image",
+    "kube_version",
     "node_images",
     "package_version",
     "write_docker_archive",

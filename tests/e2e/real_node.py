@@ -307,8 +307,13 @@ def clean_up(state: dict[str, Any]) -> list[str]:
         problems.append(f"cgroups left: {[str(p) for p in left_cgroups[:5]]}")
     delete_link(BRIDGE)
     remove_log_links(workdir)
-    for result in CNI_RESULTS.glob(f"{NETWORK}-*") if CNI_RESULTS.is_dir() else ():
-        result.unlink(missing_ok=True)
+    # The CNI library caches each sandbox's results: our network's, and the loopback's of our
+    # sandboxes (named by sandbox id, which containerd's state directory lists).
+    sandboxes = run_dir / "state" / "io.containerd.grpc.v1.cri" / "sandboxes"
+    ids = {d.name for d in sandboxes.iterdir()} if sandboxes.is_dir() else set()
+    for result in CNI_RESULTS.glob("*") if CNI_RESULTS.is_dir() else ():
+        if result.name.startswith(f"{NETWORK}-") or any(i in result.name for i in ids):
+            result.unlink(missing_ok=True)
     for path in sorted(map(Path, state.get("created_outside", [])), key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):  # a directory something else now uses stays
             path.rmdir() if path.is_dir() and not path.is_symlink() else path.unlink()

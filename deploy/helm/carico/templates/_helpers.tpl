@@ -76,3 +76,14 @@ seccompProfile:
 {{- $_ := set $cfg.leaderElection "resourceNamespace" .Release.Namespace }}
 {{- toJson $cfg }}
 {{- end }}
+
+{{/* The API server's address for clusters where the kubernetes Service is not routable
+     (apiServer.host/port); nothing when unset. */}}
+{{- define "carico.apiServerEnv" -}}
+{{- with .Values.apiServer.host }}
+- name: KUBERNETES_SERVICE_HOST
+  value: {{ . | quote }}
+- name: KUBERNETES_SERVICE_PORT
+  value: {{ required "apiServer.port is required with apiServer.host" $.Values.apiServer.port | quote }}
+{{- end }}
+{{- end }}
