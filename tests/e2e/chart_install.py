@@ -158,13 +158,13 @@ class CaricoRelease:
     def _context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
 
-    def get(self, path: str) -> Any:
+    def get(self, path: str, timeout_s: float = 10.0) -> Any:
         url = f"https://127.0.0.1:{self.extender_port}{path}"
-        with urllib.request.urlopen(url, timeout=10, context=self._context()) as response:
+        with urllib.request.urlopen(url, timeout=timeout_s, context=self._context()) as response:
             return json.loads(response.read())
 
-    def nodes(self) -> dict[str, dict[str, Any]]:
-        return {n["name"]: n for n in self.get("/api/v1/nodes")}
+    def nodes(self, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
+        return {n["name"]: n for n in self.get("/api/v1/nodes", timeout_s)}
 
     # ---- uninstall --------------------------------------------------------------------------
     def uninstall(self, timeout_s: float = 180.0) -> None:
