@@ -17,13 +17,18 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import host_load
 import kubernetes
 import pytest
 from chart_install import NAMESPACE, CaricoRelease
+from conftest import FAKE_NODES
+from e2e_agents import NodeAgents
 from e2e_controlplane import ControlPlane, wait_for
+from fake_kubelet import RUN_SECONDS_ANNOTATION, FakeKubelet
+from fake_procfs import FakeProcfs
 from node_images import CARICO_REPOSITORY, WORKLOAD_IMAGE, package_version
 from prometheus_client.parser import text_string_to_metric_families
 from real_node import RealNode, RealNodeError
@@ -492,3 +497,89 @@ def test_a_burst_through_carico_against_default_scheduler(
     # The CPU is busy throughout in both runs; Carico's waits between a pod's end and the next
     # start (a report, a scheduling cycle, a container start) may cost a little.
     assert carico.job_completion <= 1.10 * default.job_completion
+
+
+# ---- 4. simulated and real nodes in one cluster -----------------------------------------------
+
+
+@pytest.mark.timeout(600)
+def test_the_extender_places_over_simulated_and_real_nodes(
+    release: CaricoRelease,
+    api_client: kubernetes.client.ApiClient,
+    fake_kubelet: FakeKubelet,
+    fake_procfs: FakeProcfs,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The bed's simulated nodes (fake kubelet, fake procfs, real agents) join the real node's
+    cluster: their agents report to the chart's extender over mTLS with the agent certificate of
+    the release, and a Job through carico-scheduler is placed by that extender over both kinds."""
+    pki = release.pki
+    tls = [
+        f"--tls-ca={pki / 'ca.crt'}",
+        f"--tls-cert={pki / 'agent.crt'}",
+        f"--tls-key={pki / 'agent.key'}",
+    ]
+    fakes = [n.name for n in FAKE_NODES]
+    agents = NodeAgents(
+        release.cp.kubeconfig,
+        fake_procfs,
+        fakes,
+        tmp_path,
+        extender_grpc_port=release.extender_grpc_port,
+        aggregator=f"127.0.0.1:{release.aggregator_port}",
+        extra=tls,
+    )
+    try:
+        agents.start()
+
+        def all_fresh() -> bool:
+            nodes = release.nodes()
+            return all(
+                n in nodes and nodes[n]["reported"] and not nodes[n]["stale"]
+                for n in [*fakes, NODE_NAME]
+            )
+
+        wait_for(all_fresh, 60, "fresh reports of every node at the chart's extender", 1.0)
+        # Each simulated node (8 cores against the real node's 2) has room for one pod more
+        # (background memory), so that the Job needs the real node too.
+        for fake in fakes:
+            fake_procfs.leave_room(fake, 1.0)
+        _wait_for_room(release)
+        name = "spread"
+        job = _job(name, "carico-scheduler")
+        job["spec"].update(parallelism=len(fakes) + 1, completions=len(fakes) + 1)
+        spec = job["spec"]["template"]["spec"]
+        del spec["nodeSelector"]
+        spec["containers"][0]["args"] = _bpi(1, 5000, 8)
+        # On a simulated node the fake kubelet ends the pod after this long.
+        job["spec"]["template"]["metadata"] = {"annotations": {RUN_SECONDS_ANNOTATION: "10"}}
+        kubernetes.client.BatchV1Api(api_client).create_namespaced_job(namespace, job)
+        core = kubernetes.client.CoreV1Api(api_client)
+        pods: list[Any] = []
+
+        def bound() -> bool:
+            pods[:] = core.list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+            return len(pods) == len(fakes) + 1 and all(p.spec.node_name for p in pods)
+
+        wait_for(bound, 120, "the Job's pods bound", 0.5, lambda: str(release.describe()))
+        placed = {p.metadata.name: p.spec.node_name for p in pods}
+        print(f"\nplaced by the chart's extender: {placed}")
+        # Every pod was decided by Carico over every node: the real one and the simulated ones.
+        for pod in pods:
+            explained = release.get(f"/api/v1/explain?pod={namespace}/{pod.metadata.name}")
+            verdict = explained["filter"]
+            considered = set(verdict["passed"]) | set(verdict["failed"])
+            assert considered == {*fakes, NODE_NAME}, explained
+            assert placed[pod.metadata.name] in verdict["passed"], explained
+            print(
+                f"  {pod.metadata.name}: real node "
+                f"{verdict['failed'].get(NODE_NAME, 'passed')}; scores "
+                f"{explained.get('prioritize', {}).get('scores')}"
+            )
+        # One pod on each simulated node, the rest on the real node, which had room.
+        assert NODE_NAME in placed.values(), placed
+        assert set(placed.values()) & set(fakes), placed
+    finally:
+        agents.stop()
+        fake_procfs.clear_background()
