@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile
+.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile real-node
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ e2e-bin:
 
 e2e: $(STAMP) e2e-bin
 	$(VENV)/bin/pytest tests/e2e
+
+# A control plane, one real node (containerd, runc, kubelet on this machine) and Carico installed
+# with its Helm chart; prints a kubeconfig and stays up until Ctrl-C, then cleans up (root needed).
+real-node: $(STAMP) e2e-bin
+	$(PY) tests/e2e/real_node_bed.py $(REAL_NODE_ARGS)
 
 # The container image as an OCI layout in .cache/image/oci, built without Docker (needs root).
 image:
