@@ -9,7 +9,8 @@ containerd's ``k8s.io`` namespace, where the kubelet's CRI finds them (no regist
 
 State lives under a temporary directory (the workdir: containerd's root, the kubelet's root,
 pod logs, CNI) and a short directory under /run (sockets: a unix socket path is limited to 108
-bytes, a shim's socket directory to 42). Cleaning up is as strict as for the control plane: the
+bytes, a shim's socket directory to 42; the kubelet's root directory, which holds its plugin
+sockets and the pods' volumes, is there too). Cleaning up is as strict as for the control plane: the
 kubelet and containerd lead their own process groups and die with the test run (parent-death
 signal); :meth:`RealNode.stop` then kills every process left in the pod cgroups and the runc
 shims of this node (found by their binary and socket address, never by name alone), unmounts
@@ -324,8 +325,7 @@ def clean_up(state: dict[str, Any]) -> list[str]:
         shutil.rmtree(run_dir, ignore_errors=True)
     # containerd's content and snapshots (the unpacked images, hundreds of MB); logs stay.
     if not _mounts_below([workdir]):
-        for heavy in ("containerd/root", "kubelet/pods"):
-            shutil.rmtree(workdir / heavy, ignore_errors=True)
+        shutil.rmtree(workdir / "containerd" / "root", ignore_errors=True)
     return problems
 
 
@@ -610,7 +610,9 @@ disabled_plugins = [
                     str(self.bin_dir / "kubelet"),
                     f"--config={self.workdir / 'kubelet' / 'config.json'}",
                     f"--kubeconfig={self.kubeconfig}",
-                    f"--root-dir={self.workdir / 'kubelet' / 'root'}",
+                    # Below /run with the sockets: the kubelet puts its plugin and pod-resources
+                    # sockets in its root directory, and a pytest temporary path is too long.
+                    f"--root-dir={self.run_dir / 'kubelet'}",
                     f"--cert-dir={self.workdir / 'kubelet' / 'pki'}",
                     f"--hostname-override={self.name}",
                     f"--node-ip={self.node_ip}",
@@ -762,6 +764,13 @@ disabled_plugins = [
             os.close(self._lock)
             self._lock = None
         return problems
+
+    def release_lock(self) -> None:
+        """Let go of the host's lock without cleaning up, as a killed test run does (tests of the
+        clean-up after a crash)."""
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def leftovers(self) -> dict[str, list[str]]:
         """What of this node is still on the host (the teardown test asserts it is nothing)."""

@@ -20,7 +20,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import kubernetes
@@ -71,6 +71,7 @@ def real_node_up(
         yield node
     finally:
         problems = node.stop()
+        problems += [f"{k}: {v}" for k, v in node.leftovers().items() if v]
         with contextlib.suppress(kubernetes.client.ApiException):
             kubernetes.client.CoreV1Api(api).delete_node(NODE_NAME)
     if problems:
@@ -108,6 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, _stop)
+    try:
+        _serve(workdir, lambda: stop)
+    except KeyboardInterrupt:
+        print("interrupted; everything started was stopped and cleaned up")
+    print(f"stopped and cleaned up; logs kept in {workdir}")
+    return 0
+
+
+def _serve(workdir: Path, stopped: Callable[[], bool]) -> None:
     started = time.monotonic()
     with ControlPlane(workdir / "controlplane", node_monitor_grace_s=20) as cp:
         api = cp.api_client()
@@ -116,36 +126,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"node {node.name} Ready ({time.monotonic() - started:.0f} s); installing Carico")
             with carico_installed(cp, workdir / "carico") as release:
                 print(f"Carico Ready ({time.monotonic() - started:.0f} s)\n")
-                kubectl = cp.bin_dir / "kubectl"
-                print(f"  export KUBECONFIG={cp.kubeconfig}")
-                print(f"  {kubectl} get nodes,pods -A")
-                print(f"  {kubectl} -n {NAMESPACE} get pods -o wide")
-                print(
-                    f"  curl --cacert {release.pki / 'ca.crt'} "
-                    f"https://127.0.0.1:{release.extender_port}/api/v1/nodes"
-                )
-                print(
-                    f"  dashboard: https://127.0.0.1:{release.extender_port}/ "
-                    f"(CA {release.pki / 'ca.crt'})"
-                )
-                print(
-                    "  a pod for Carico: spec.schedulerName: carico-scheduler, image "
-                    "carico.local/workload:1 (workload bpi -threads N -digits D), "
-                    "imagePullPolicy: Never"
-                )
-                print(
-                    f"  pod logs: {node.workdir / 'pod-logs'}; component logs: "
-                    f"{cp.log_dir}, {node.log_dir}\n"
-                )
-                print("Ctrl-C stops everything and cleans up.")
+                _print_usage(cp, node, release)
+                print("Ctrl-C stops everything and cleans up.", flush=True)
                 try:
-                    while not stop:
+                    while not stopped():
                         time.sleep(0.5)
                 except KeyboardInterrupt:
                     pass
-                print("stopping")
-    print(f"stopped and cleaned up; logs kept in {workdir}")
-    return 0
+                print("stopping", flush=True)
+
+
+def _print_usage(cp: ControlPlane, node: RealNode, release: CaricoRelease) -> None:
+    kubectl = cp.bin_dir / "kubectl"
+    ca = release.pki / "ca.crt"
+    print(f"  export KUBECONFIG={cp.kubeconfig}")
+    print(f"  {kubectl} get nodes,pods -A")
+    print(f"  {kubectl} -n {NAMESPACE} get pods -o wide")
+    print(f"  curl --cacert {ca} https://127.0.0.1:{release.extender_port}/api/v1/nodes")
+    print(f"  dashboard: https://127.0.0.1:{release.extender_port}/ (CA {ca})")
+    print(
+        "  a pod for Carico: spec.schedulerName: carico-scheduler, image carico.local/workload:1 "
+        "(args: bpi -threads N -digits D -rounds R), imagePullPolicy: Never"
+    )
+    print(f"  pod logs: {node.workdir / 'pod-logs'}; logs: {cp.log_dir}, {node.log_dir}\n")
 
 
 if __name__ == "__main__":
