@@ -15,11 +15,10 @@ rank, so the mean is represented exactly and a parent aggregator averaging child
 the flat mean to rounding. Each entry's weighted moment wᵢCᵢ lives in a row of one array, written
 only when the entry changes; a recompute then costs one sum over N·d² numbers plus a d×d eigh.
 
-The global view also holds the fleet's per-class medians (:func:`carico.footprint.fleet_summary`
-over the senders' learned classes, one vote per sender and class, at most ``MAX_FLEET_CLASSES``
-classes: those learned by the most senders). That summary costs about half a microsecond per
-(sender, class) — 10 ms for 5,000 nodes with four classes each, twenty times the rest of a
-recompute — and a learning node's footprints change with every report, so it is rebuilt only when
+The global view also holds the fleet's per-class medians (one vote per sender and class, at most
+``MAX_FLEET_CLASSES`` classes: those learned by the most senders), from ``classes``: each changed
+entry's classes are turned into arrays with its moment, and the summary itself is a few numpy
+sorts. A learning node's footprints change with every report, so the summary is rebuilt only when
 a sender's classes changed and at most once per ``class_interval`` (1 s; the agents fetch it every
 few seconds); in between the last one is served.
 
@@ -34,8 +33,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from aggregator.classes import ClassVotes
 from aggregator.validate import MAX_FLEET_CLASSES, NodeEntry, ValidationError
-from carico.footprint import EMPTY_FLEET, FleetSummary, fleet_summary
+from carico.footprint import EMPTY_FLEET, FleetSummary
 from carico.pods import Requests
 from carico.subspace import FloatArray
 
@@ -100,6 +100,7 @@ class ModelStore:
         # class_interval: see the module's docstring).
         self._classes_changed = False
         self._classes_at = -np.inf
+        self._votes = ClassVotes()
         self._fleet: FleetSummary = EMPTY_FLEET
         self._class_requests: dict[str, Requests] = {}
 
@@ -159,9 +160,8 @@ class ModelStore:
             return OUTCOME_STALE
         if held is not None:
             del self._entries[entry.node]  # re-insert: the dict stays in order of arrival
-            if held.classes != entry.classes:
-                self._classes_changed = True
-        elif entry.classes:
+        # Compared only while no change is pending: once one is, the summary is rebuilt anyway.
+        if not self._classes_changed and (held.classes if held else ()) != entry.classes:
             self._classes_changed = True
         self._entries[entry.node] = entry
         self._pending.add(entry.node)
@@ -197,6 +197,7 @@ class ModelStore:
     def _remove(self, node: str) -> None:
         if self._entries.pop(node).classes:
             self._classes_changed = True
+        self._votes.remove(node)
         self._pending.discard(node)
         self._member_costs.pop(node, None)
         self._dirty = True
@@ -236,8 +237,10 @@ class ModelStore:
             self._weights = np.concatenate((self._weights, np.zeros(grow - len(self._weights))))
             self._costs = np.concatenate((self._costs, np.full(grow - len(self._costs), np.nan)))
         by_rank: dict[int, list[NodeEntry]] = {}
+        votes = self._votes
         for node in nodes:
             entry = self._entries[node]
+            votes.update(node, entry.classes)
             by_rank.setdefault(entry.r, []).append(entry)
             if node not in self._slot:
                 self._slot[node] = len(self._slot_nodes)
@@ -269,24 +272,17 @@ class ModelStore:
             return
         self._classes_changed = False
         self._classes_at = now
-        entries = self._entries.values()  # in order of arrival, so the latest sender is last
-        self._fleet = fleet_summary((c for e in entries for c in e.classes), MAX_FLEET_CLASSES)
-        kept = self._fleet.classes
-        requests: dict[str, Requests] = {}
-        for e in entries:
-            for c in e.classes:
-                if c.name in kept:
-                    requests[c.name] = c.requests
-        self._class_requests = requests
+        # In order of arrival: a class's requests are those of its latest sender.
+        self._fleet, self._class_requests = self._votes.summary(self._entries, MAX_FLEET_CLASSES)
 
     def compute(self, now: float) -> GlobalView | None:
         """The global model of the entries held now (None when there are none); clears dirty
         (unless a changed per-class summary is withheld until its interval has passed)."""
         self._dirty = False
+        self._flush_pending()
         self._summarise_classes(now)
         if not self._entries or self._features is None:
             return None
-        self._flush_pending()
         n = len(self._slot_nodes)
         total_weight = float(self._weights[:n].sum())
         mean = self._moments[:n].sum(axis=0) / total_weight
