@@ -55,14 +55,16 @@ class ClassVotes:
         """The distinct classes the senders hold."""
         return len(self._ids)
 
-    def update(self, sender: str, classes: tuple[ClassFootprint, ...]) -> None:
-        """``sender`` now holds ``classes`` (its latest model's; none: it holds none)."""
+    def update(self, sender: str, classes: tuple[ClassFootprint, ...]) -> bool:
+        """``sender`` now holds ``classes`` (its latest model's; none: it holds none); whether
+        that changed anything (compared here, on arrays, rather than object by object)."""
         old = self._rows.get(sender)
         if not classes:
-            if old is not None:
-                del self._rows[sender]
-                self._release(old.ids)
-            return
+            if old is None:
+                return False
+            del self._rows[sender]
+            self._release(old.ids)
+            return True
         names = tuple(c.name for c in classes)
         if old is not None and old.names == names:
             ids = old.ids  # the same classes as before, new footprints: the usual case
@@ -77,9 +79,10 @@ class ClassVotes:
             ]
         )
         self._rows[sender] = _Row(names, ids, values)
+        return old is None or ids is not old.ids or not np.array_equal(values, old.values)
 
-    def remove(self, sender: str) -> None:
-        self.update(sender, ())
+    def remove(self, sender: str) -> bool:
+        return self.update(sender, ())
 
     def _acquire(self, name: str) -> int:
         i = self._ids.get(name)

@@ -160,9 +160,6 @@ class ModelStore:
             return OUTCOME_STALE
         if held is not None:
             del self._entries[entry.node]  # re-insert: the dict stays in order of arrival
-        # Compared only while no change is pending: once one is, the summary is rebuilt anyway.
-        if not self._classes_changed and (held.classes if held else ()) != entry.classes:
-            self._classes_changed = True
         self._entries[entry.node] = entry
         self._pending.add(entry.node)
         self._dirty = True
@@ -195,9 +192,9 @@ class ModelStore:
         return kept
 
     def _remove(self, node: str) -> None:
-        if self._entries.pop(node).classes:
+        del self._entries[node]
+        if self._votes.remove(node):
             self._classes_changed = True
-        self._votes.remove(node)
         self._pending.discard(node)
         self._member_costs.pop(node, None)
         self._dirty = True
@@ -240,7 +237,8 @@ class ModelStore:
         votes = self._votes
         for node in nodes:
             entry = self._entries[node]
-            votes.update(node, entry.classes)
+            if votes.update(node, entry.classes):
+                self._classes_changed = True
             by_rank.setdefault(entry.r, []).append(entry)
             if node not in self._slot:
                 self._slot[node] = len(self._slot_nodes)

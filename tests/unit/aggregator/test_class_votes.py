@@ -96,3 +96,16 @@ def test_ids_of_classes_no_sender_holds_are_reused() -> None:
     assert len(votes) == 4 and len(votes._names) <= 8
     fleet, _ = votes.summary(["hostile"], 1024)
     assert set(fleet.classes) == {f"c999-{k}" for k in range(4)}
+
+
+def test_an_update_says_whether_anything_changed() -> None:
+    def one(cpu: float, name: str = "x") -> tuple[ClassFootprint, ...]:
+        return (ClassFootprint(name, Footprint(cpu, 2.0), "learned", 3, Requests(0.5, 0.0)),)
+
+    votes = ClassVotes()
+    assert not votes.update("a", ())  # nothing before, nothing now
+    assert votes.update("a", one(1.0))
+    assert not votes.update("a", one(1.0))  # equal classes in new objects
+    assert votes.update("a", one(1.5))
+    assert votes.update("a", one(1.5, "y"))
+    assert votes.remove("a") and not votes.remove("a")
