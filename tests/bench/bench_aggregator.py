@@ -29,7 +29,7 @@ baseline's p99. Target: 5,000 nodes at 1 Hz with p99 <= 3x baseline; the agents 
 so the stream rows are the ones that count.
 
     python tests/bench/bench_aggregator.py [--sizes 1000,5000] [--layouts 1,2] [--rounds 3]
-        [--rpc unary,stream]
+        [--rpc unary,stream] [--classes K]
 """
 
 from __future__ import annotations
