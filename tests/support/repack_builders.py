@@ -1,5 +1,5 @@
-"""Builders of small kubectl-style objects and snapshots for the repacker tests (imported by
-the tests of this folder; conftest.py puts the folder on sys.path)."""
+"""Builders of small kubectl-style objects and snapshots for the repacker's unit and integration
+tests (``tests/support`` is on the import path through pytest's ``pythonpath`` option)."""
 
 from __future__ import annotations
 
