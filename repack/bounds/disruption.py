@@ -85,7 +85,7 @@ from repack.problem.classes import (
     MOVE_COST,
     Assignment,
     Problem,
-    disruption,
+    disruption_at,
     node_groups_by_key,
 )
 
@@ -717,7 +717,7 @@ def disruption_bound(
         found, proven = pick(value, target)
         bound = max(bound, proven)
         if found is not None:
-            worse = _cost(problem, tier, found)
+            worse = disruption_at(problem, found, tier)
     if worse is None or bound < worse:
         dived, bound = _dives(
             problem,
@@ -735,11 +735,6 @@ def disruption_bound(
     if found is not None:
         packings.append(found)
     return bound
-
-
-def _cost(problem: Problem, tier: int, x: Assignment) -> int:
-    """The disruption of ``x`` at priority >= ``tier``."""
-    return sum(disruption(problem.classes[c], x[c]) for c in problem.active(tier))
 
 
 def _reduced_cost_pick(
@@ -815,7 +810,7 @@ def _dives(
         improved = False
         if chosen is not None:
             x = fill(problem, tier, chosen)
-            cost = _cost(problem, tier, x)
+            cost = disruption_at(problem, x, tier)
             if worse is None or cost < worse:
                 best, worse, improved = x, cost, True
         if (worse is not None and worse <= bound) or clock() >= deadline:
@@ -828,7 +823,7 @@ def _dives(
             picked, proven = pick(value, worse)
             bound = max(bound, proven)
             if picked is not None:
-                best, worse = picked, _cost(problem, tier, picked)
+                best, worse = picked, disruption_at(problem, picked, tier)
             if worse <= bound:
                 break
     return best, bound

@@ -33,8 +33,8 @@ from repack.problem.classes import (
     Problem,
     feasible,
     node_load,
+    tier_value,
 )
-from repack.search.heuristics import tier_value
 
 # nodes freed per neighbourhood (measured on 16-32 nodes: 2 improved less often, 4 mostly got no
 # answer within SUB_LIMIT on a loaded machine)

@@ -88,11 +88,13 @@ from repack.problem.classes import (
     Problem,
     build_problem,
     current_assignment,
-    disruption,
+    disruption_at,
     feasible,
     freeze_above,
     greedy_complete,
+    placed_at,
     pods_for,
+    tier_value,
 )
 from repack.problem.plan import (
     Eviction,
@@ -230,14 +232,6 @@ class SolveOptions:
             raise ValueError("time_limit must be positive")
 
 
-def _placed(problem: Problem, x: Assignment, p: int) -> int:
-    return sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
-
-
-def _disruption(problem: Problem, x: Assignment, p: int) -> int:
-    return sum(disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
-
-
 def _cores(options: SolveOptions) -> int:
     """Cores the solve may use: the option, else those this process may run on."""
     if options.workers:
@@ -265,7 +259,9 @@ def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int)
         return False
     for f in fixes:
         have = (
-            _placed(problem, x, f.tier) if f.kind == "placed" else _disruption(problem, x, f.tier)
+            placed_at(problem, x, f.tier)
+            if f.kind == "placed"
+            else disruption_at(problem, x, f.tier)
         )
         if (f.op == "==" and have != f.value) or (f.op == ">=" and have < f.value):
             return False
@@ -274,18 +270,15 @@ def _satisfies(problem: Problem, x: Assignment, fixes: Sequence[Fix], tier: int)
     return True
 
 
-def _key(problem: Problem, x: Assignment, p: int) -> tuple[int, int]:
-    """Lexicographic value of x at tier p: placed, then less disruption."""
-    return _placed(problem, x, p), -_disruption(problem, x, p)
-
-
 _Best = TypeVar("_Best", bound="Assignment | None")
 
 
 def _better(problem: Problem, p: int, found: Assignment | None, best: _Best) -> _Best | Assignment:
-    """``found`` when there is one and it is better than ``best`` at tier p (``_key``), else
+    """``found`` when there is one and it is better than ``best`` at tier p (``tier_value``), else
     ``best``."""
-    if found is not None and (best is None or _key(problem, found, p) > _key(problem, best, p)):
+    if found is not None and (
+        best is None or tier_value(problem, found, p) > tier_value(problem, best, p)
+    ):
         return found
     return best
 
@@ -601,7 +594,7 @@ class _Phases:
         problem, maximise = self.problem, phase == "place"
 
         def value(x: Assignment) -> int:
-            return _placed(problem, x, tier) if maximise else _disruption(problem, x, tier)
+            return placed_at(problem, x, tier) if maximise else disruption_at(problem, x, tier)
 
         def finish(
             best: Assignment, bound: int, status: Any, found: Assignment | None, weight: int
@@ -865,7 +858,7 @@ class _Phases:
         best = x
 
         def met() -> bool:
-            return min(stopper.best, _disruption(problem, best, tier)) <= bound
+            return min(stopper.best, disruption_at(problem, best, tier)) <= bound
 
         # small clusters: the bound converges in well under a second and often proves the
         # phase; on large ones its knapsack pricing is too slow to help (measured on 16-32
@@ -890,7 +883,7 @@ class _Phases:
                 fixes,
                 [x],
                 share * seconds,
-                _disruption(problem, x, tier),
+                disruption_at(problem, x, tier),
                 deadline,
                 first=large,
                 clock=clock,
@@ -943,7 +936,7 @@ class _Phases:
         problem = self.problem
 
         def placed(y: Assignment) -> int:
-            return _placed(problem, y, tier)
+            return placed_at(problem, y, tier)
 
         # under a second on a large cluster: the listing, the LP and its dive need all of it
         # (measured on 32 nodes: 0.1-0.2 s listing, 0.2 s LP, 0.2-0.6 s dive; the LNS after
@@ -1065,9 +1058,9 @@ class _Phases:
                 keep_placed,
             )
         found = relabel(self.problem, found, tier, self.groups)
-        if _satisfies(self.problem, found, fixes, tier) and _key(self.problem, found, tier) > _key(
-            self.problem, x, tier
-        ):
+        if _satisfies(self.problem, found, fixes, tier) and tier_value(
+            self.problem, found, tier
+        ) > tier_value(self.problem, x, tier):
             return found
         return x
 
@@ -1079,7 +1072,7 @@ class _Phases:
         while they fit (made once, at the first call), the rest placed by the swap search
         (``seed``) within ``seconds``; None when that falls short."""
         problem = self.problem
-        target = _placed(problem, x, tier)
+        target = placed_at(problem, x, tier)
 
         @functools.cache
         def start() -> Assignment | None:
@@ -1093,7 +1086,7 @@ class _Phases:
                 return None
             y = swap_search.search(problem, begin, tier, clock() + seconds, clock, seed, target)
             y = relabel(problem, y, tier, self.groups)
-            if _placed(problem, y, tier) == target and _satisfies(problem, y, fixes, tier):
+            if placed_at(problem, y, tier) == target and _satisfies(problem, y, fixes, tier):
                 return y
             return None
 
@@ -1168,7 +1161,7 @@ class _Phases:
         if not maximise:  # relabelling may still save moves on interchangeable nodes
             dived = [relabel(problem, x, tier, self.groups) for x in dived]
         dived = [x for x in dived if _satisfies(problem, x, fixes, tier)]
-        of = _placed if maximise else _disruption
+        of = placed_at if maximise else disruption_at
         if dived and of(problem, dived[0], tier) == bound:
             return bound, dived[0]  # the dive met the bound: no packing can do better
         seconds = PACK_SHARE * (deadline - (clock or self.clock)())
@@ -1254,7 +1247,7 @@ def solve(
         dis_fixes = [f for f in fixes if f.kind == "disruption"]
         floor = dis_fixes[-1].value if dis_fixes and dis_fixes[-1].op == "==" else 0
         if optimal and phases.reports[-1].lexicographic:
-            floor = _disruption(problem, best, p)
+            floor = disruption_at(problem, best, p)
         repaired = repair(problem, best, active)
         best = _better(problem, p, repaired, best)
         until = clock() + HEURISTIC_SHARE * max(0.0, phases.deadline - clock())
@@ -1305,11 +1298,11 @@ def _plan(
         gained = sum(v for q, v in after.placed_by_priority.items() if q >= p) - sum(
             v for q, v in before.placed_by_priority.items() if q >= p
         )
-        model_gain = _placed(problem, x, p) - sum(
+        model_gain = placed_at(problem, x, p) - sum(
             c.n_running for c in problem.classes if c.priority >= p
         )
         cost = sum(v for q, v in after.disruption_by_priority.items() if q >= p)
-        if gained != model_gain or cost != _disruption(problem, x, p):
+        if gained != model_gain or cost != disruption_at(problem, x, p):
             return no_plan(
                 "ERROR", False, f"internal: pod-level plan disagrees with the model at priority {p}"
             )

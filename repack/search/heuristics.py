@@ -23,10 +23,10 @@ from numba import types
 from repack.problem.classes import (
     Assignment,
     Problem,
-    disruption,
     feasible,
     greedy_complete,
     loads,
+    tier_value,
 )
 from repack.search.compiled import compiled
 from repack.search.relabel import node_groups, relabel
@@ -266,14 +266,6 @@ def pack_from_scratch(
         )
         st.shift(c, n, +1)
     return st.x
-
-
-def tier_value(problem: Problem, x: Assignment, tier: int) -> tuple[int, int]:
-    placed = sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier)
-    dis = sum(
-        disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier
-    )
-    return placed, -dis
 
 
 def best_start(

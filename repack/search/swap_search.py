@@ -53,9 +53,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from repack.problem.classes import Assignment, Problem, feasible, loads
+from repack.problem.classes import Assignment, Problem, feasible, loads, tier_value
 from repack.search import swap_kernel as kernel
-from repack.search.heuristics import tier_value
 
 # disruption's weight, in mean requests of overload (a tie-break only)
 MU = 0.01

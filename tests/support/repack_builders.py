@@ -13,9 +13,10 @@ from repack.problem.classes import (
     empty_assignment,
     feasible,
     stays,
+    tier_value,
 )
 from repack.problem.snapshot import Node, Pod, Snapshot
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 MB = 1_000_000
 

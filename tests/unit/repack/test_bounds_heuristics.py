@@ -19,6 +19,7 @@ from repack.problem.classes import (
     empty_assignment,
     feasible,
     greedy_complete,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate, instances
 from repack.problem.snapshot import parse_list
@@ -27,7 +28,6 @@ from repack.search.heuristics import (
     best_start,
     make_room,
     pack_from_scratch,
-    tier_value,
 )
 
 

@@ -20,12 +20,13 @@ from repack.problem.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.eligibility import eligible
 from repack.problem.generator import Cell, instances
 from repack.problem.snapshot import parse_list
 from repack.search import heuristics
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 GPU_TAINT = {"key": "gpu", "value": "y", "effect": "NoSchedule"}
 TOLERATE_GPU = {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "y"}]}

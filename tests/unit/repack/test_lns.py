@@ -12,10 +12,11 @@ from repack.problem.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate
 from repack.problem.snapshot import parse_list
-from repack.search.heuristics import pack_from_scratch, tier_value
+from repack.search.heuristics import pack_from_scratch
 
 
 def test_places_the_article_pod_and_then_moves_only_one() -> None:

@@ -18,9 +18,10 @@ from repack.problem.classes import (
     build_problem,
     current_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.generator import Cell, instances
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 # multi-tier instances whose lower tiers' place phases have pods to gain
 CASES = [(Cell(5, 4, 105, 3), 0), (Cell(5, 4, 105, 3), 2), (Cell(6, 4, 100, 2), 1)]

@@ -20,11 +20,12 @@ from repack.problem.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate, instances
 from repack.problem.snapshot import parse_list
 from repack.search import swap_search
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 
 def test_places_the_article_pod_with_one_move() -> None:
