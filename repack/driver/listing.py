@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from repack.bounds.patterns import MAX_STATES, Listings
-from repack.bounds.placement import STATES_PER_SECOND
+from repack.bounds.patterns import MAX_STATES, STATES_PER_SECOND, Listings
 from repack.cpsat.model import Fix
 from repack.driver.freeze import Freezes, first_tier
 from repack.driver.options import Clock, Tuning

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from repack.bounds.disruption import disruption_bound, disruption_solution
+from repack.bounds.disruption import disruption_bound
+from repack.bounds.disruption_choice import disruption_solution
 from repack.bounds.placement import pattern_solution, placement_bound
 from repack.driver.context import SolveContext, better, satisfies
 from repack.driver.options import Clock
