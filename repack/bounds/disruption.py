@@ -42,10 +42,11 @@ from collections.abc import Callable, Sequence
 
 from ortools.sat.python import cp_model
 
-from repack.bounds.disruption_choice import choose, fill
+from repack.bounds.disruption_choice import fill
 from repack.bounds.disruption_lp import SLACK_MARGIN, DisruptionMaster, ceil_bound
 from repack.bounds.node_pricing import ListedGroup, listed_groups
 from repack.bounds.patterns import Listings
+from repack.cpsat.choice import choose_node_patterns
 from repack.problem.classes import Assignment, Problem, disruption_at
 
 Clock = Callable[[], float]
@@ -197,7 +198,7 @@ def reduced_cost_pick(
         left *= PICK_SHARE  # a heuristic then: the dives keep the rest
     if left < 0.005:
         return None, 0
-    status, chosen, cost = choose(
+    status, chosen, cost = choose_node_patterns(
         problem, tier, placed_floors, columns, left, 1, disruption_limits, exact_lp=True
     )
     if status == cp_model.INFEASIBLE:

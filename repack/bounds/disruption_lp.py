@@ -28,9 +28,9 @@ import numpy as np
 from ortools.linear_solver import pywraplp
 
 from repack.bounds.columns import ColumnPool, solution_values
-from repack.bounds.node_pricing import EPS, ROUNDING, ListedGroup, leaving, node_best
+from repack.bounds.node_pricing import EPS, ROUNDING, ListedGroup, node_best
 from repack.bounds.patterns import TOP_COLUMNS
-from repack.problem.classes import EVICT_COST, MOVE_COST, Problem
+from repack.problem.classes import EVICT_COST, MOVE_COST, Problem, leaving
 
 Clock = Callable[[], float]
 # stop when a round did not raise the bound and at least this share of nodes priced loosely

@@ -97,17 +97,6 @@ def node_best(
     return ceiling, _pattern(owner, counts), found_value
 
 
-def leaving(problem: Problem, least: int, n: int, pattern: dict[int, int]) -> int:
-    """The current pods of node n at priority >= ``least`` without a slot of their class in
-    ``pattern``: those that leave it."""
-    classes = problem.classes
-    return sum(
-        max(0, classes[c].current[n] - pattern.get(c, 0))
-        for c in problem.running_here[n]
-        if classes[c].priority >= least
-    )
-
-
 def _pattern(owner: Sequence[int], counts: Sequence[int]) -> dict[int, int]:
     out: dict[int, int] = {}
     for c, k in zip(owner, counts, strict=True):

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 from ortools.linear_solver import pywraplp
-from ortools.sat.python import cp_model
 
 from repack.bounds.columns import ColumnPool, solution_values
 from repack.bounds.patterns import (
@@ -43,6 +42,7 @@ from repack.bounds.patterns import (
     group_patterns,
 )
 from repack.bounds.pricing import greedy_patterns, price
+from repack.cpsat.choice import choose_group_patterns
 from repack.problem.classes import Assignment, GroupKey, Problem, node_groups_by_key
 
 EXACT_EVERY = 6
@@ -358,44 +358,12 @@ def pattern_solution(
     seconds: float,
     workers: int = 0,
 ) -> Assignment | None:
-    """Price-and-branch: the best integer choice of generated patterns (one per node), each
-    pattern then given to the node of its group where the most pods already run."""
+    """Price-and-branch: the best integer choice of generated patterns (one per node,
+    ``cpsat.choice``), each pattern then given to the node of its group where the most pods
+    already run."""
     active = problem.active(tier)
     groups = _groups(problem, active)
     if groups is None or not columns:
         return None
-    m = cp_model.CpModel()
-    use: dict[tuple[GroupKey, int], cp_model.IntVar] = {}
-    for key, members in groups.items():
-        pats = columns.get(key, [])
-        for i in range(len(pats)):
-            use[key, i] = m.new_int_var(0, len(members), f"u{len(use)}")
-        if pats:
-            m.add(sum(use[key, i] for i in range(len(pats))) <= len(members))
-    placed = {}
-    for c in active:
-        supply = [
-            count * use[key, i]
-            for key, pats in columns.items()
-            for i, pat in enumerate(pats)
-            if (count := pat.get(c, 0)) and (key, i) in use
-        ]
-        placed[c] = m.new_int_var(0, problem.classes[c].total, f"P{c}")
-        m.add(placed[c] <= sum(supply))
-    for q, value in placed_floors:
-        m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
-    m.maximize(sum(placed[c] for c in active if problem.classes[c].priority >= tier))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, seconds)
-    solver.parameters.num_workers = workers
-    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    chosen = {
-        key: [
-            dict(pat)
-            for i, pat in enumerate(columns.get(key, []))
-            for _ in range(int(solver.value(use[key, i])))
-        ]
-        for key in groups
-    }
-    return _assign(problem, groups, chosen, {c: int(solver.value(placed[c])) for c in active})
+    choice = choose_group_patterns(problem, tier, groups, placed_floors, columns, seconds, workers)
+    return None if choice is None else _assign(problem, groups, *choice)

@@ -5,7 +5,8 @@ The pricing problem is a small bounded multi-dimensional knapsack (pod counts pe
 class duals, within the group's free capacity). ``price`` tries the capacity grid of
 ``grid_knapsack`` first where at most two resources bind (milliseconds, with a grid bound), then
 the exact branch and bound of ``knapsack`` (the column generation's convergence rests on it),
-and last CP-SAT with objective coefficients rounded up so that its bound over-estimates.
+and last CP-SAT (``cpsat.knapsack``) with coefficients rounded up so that its bound
+over-estimates.
 ``greedy_patterns`` gives cheap columns between exact rounds. Pure: the clock is a parameter.
 See ``docs/architecture.md#repack-phases``. Neighbours: ``placement`` (the LP), ``disruption_lp``
 (which prices its nodes with ``knapsack`` too), ``grid_knapsack``, ``patterns``.
@@ -17,16 +18,12 @@ import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from repack.bounds import grid_knapsack
 from repack.bounds.patterns import binding
+from repack.cpsat.knapsack import best_pattern
 from repack.problem.classes import Problem
 
-# CP-SAT's last-resort pricing needs integral coefficients: the duals are scaled by this and
-# rounded up, so its bound over-estimates (stays valid) by at most a pod count / PRICE_SCALE.
-# A round figure set with that fallback, which few calls reach (the grid or the search answer)
-PRICE_SCALE = 10_000
 # the mixes of two capacity rows the knapsack search bounds with, besides each row alone
 MIXES = (0.25, 0.5, 0.75)
 
@@ -185,26 +182,11 @@ def price(
         value, counts, upper = quick
         return {c: n for c, n in zip(useful, counts, strict=True) if n}, min(upper, grid_upper)
     # the search hit its limit: CP-SAT, its model built only now (most calls never get here)
-    m = cp_model.CpModel()
-    a = {c: m.new_int_var(0, ub, f"a{c}") for c, ub in most.items()}
-    for r in range(len(problem.resources)):
-        terms = [
-            problem.classes[c].requests[r] * v
-            for c, v in a.items()
-            if problem.classes[c].requests[r]
-        ]
-        if terms:
-            m.add(sum(terms) <= max(0, cap[r]))
-    m.maximize(sum(math.ceil(duals[c] * PRICE_SCALE) * v for c, v in a.items()))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, until - clock())
-    solver.parameters.num_workers = 1
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    pattern, ceiling = best_pattern(problem, most, duals, cap, until - clock())
+    if pattern is None or ceiling is None:
         # no answer in time: every count at its maximum over-estimates the pattern's value
-        return None, min(grid_upper, sum(duals[c] * most[c] for c in a))
-    pattern = {c: int(solver.value(v)) for c, v in a.items() if solver.value(v)}
-    return pattern, min(grid_upper, solver.best_objective_bound / PRICE_SCALE)
+        return None, min(grid_upper, sum(duals[c] * most[c] for c in most))
+    return pattern, min(grid_upper, ceiling)
 
 
 def greedy_patterns(

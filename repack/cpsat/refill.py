@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from ortools.sat.python import cp_model
 
 from repack.cpsat.model import Model
+from repack.cpsat.run import configured, found
 from repack.problem.classes import EVICT_COST, MOVE_COST, Assignment, Problem, node_load
 
 # largest random tie-break weight of a refill's counts (place mode); set with the LNS, not varied
@@ -143,13 +144,10 @@ def refill(
         noise = {key: rng.randint(0, NOISE) for key in v}
         top = 1 + NOISE * sum(int(var.proto.domain[1]) for var in v.values())
         m.maximize(top * placed + sum(noise[key] * var for key, var in v.items()))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = seconds
-    solver.parameters.num_workers = 1
     # the refills are tiny: presolve costs more than it saves (measured: fewer refills without
     # any answer inside ``lns.SUB_LIMIT`` on a loaded machine)
-    solver.parameters.cp_model_presolve = False
-    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    solver = configured(seconds, 1, cp_model_presolve=False)
+    if not found(solver.solve(m)):
         return None
     out = [list(row) for row in x]
     for c in own:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 from ortools.sat.python import cp_model
 
 from repack.cpsat.model import Fix, PhaseModel, PhaseModels
+from repack.cpsat.run import configured, found
 from repack.driver.options import Clock, SolveOptions
 from repack.problem.classes import EVICT_COST, Assignment, Problem
 
@@ -173,19 +174,20 @@ class WholeSearch:
                 pm.model.minimize(pm.disruption_ge(tier))
             self._built = (key, pm)
         pm.hint(hint)
-        solver = cp_model.CpSolver()
         # the model build counts against the time
         least = options.tuning.min_step_seconds
-        solver.parameters.max_time_in_seconds = max(least, seconds - (self.clock() - started))
-        solver.parameters.num_workers = options.workers if workers is None else workers
-        solver.parameters.random_seed = options.seed
+        solver = configured(
+            max(least, seconds - (self.clock() - started)),
+            options.workers if workers is None else workers,
+            random_seed=options.seed,
+        )
         if stopper is None and cut is not None and not maximise:
             # a proven lower bound: stop as soon as a solution meets it (as a constraint it
             # slows the search down)
             stopper = StopAt(cut)
         self._solver = solver
         status = solver.solve(pm.model, stopper)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if not found(status):
             return SearchResult(status, None, None, weight)
         return SearchResult(
             status, pm.read(solver), int(round(solver.best_objective_bound)), weight

@@ -265,6 +265,17 @@ def disruption(cls: PodClass, row: Sequence[int]) -> int:
     return cls.n_running - stays(cls, row) + evictions(cls, row)
 
 
+def leaving(problem: Problem, least: int, n: int, pattern: dict[int, int]) -> int:
+    """The pods running on node n at priority >= ``least`` that a node offering ``pattern``
+    (slots per class) cannot keep: those that leave it."""
+    classes = problem.classes
+    return sum(
+        max(0, classes[c].current[n] - pattern.get(c, 0))
+        for c in problem.running_here[n]
+        if classes[c].priority >= least
+    )
+
+
 def feasible(problem: Problem, x: Assignment, only: Sequence[int] | None = None) -> bool:
     """Does ``x`` respect every constraint? ``only``: the classes in play (others are ignored,
     as in a phase model of a higher tier)."""
