@@ -13,13 +13,8 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 from ortools.linear_solver import linear_solver_pb2, pywraplp
 
-# GLOP without scaling and presolve (``ColumnPool(plain=True)``): the counts and costs of the
-# per-node disruption LP are small integers, where these buy no accuracy but cost the warm start
-# from the previous basis (measured on 32 nodes with four pods per node: its column generation
-# converged in 10-11 solves, 800 simplex iterations and 0.05 s of GLOP, against 3 500
-# iterations and 0.24 s). Its bound is the Lagrangian one, valid for any duals. The place
-# phase's group LP keeps the defaults: without them its dives placed 1-2 pods fewer on 32 nodes
-# at 1 s (two runs of the 96 grid instances)
+# GLOP without scaling and presolve (``ColumnPool(plain=True)``, the disruption LP): measured on
+# 32 nodes, 800 simplex iterations against 3 500; the place LP keeps the defaults (measured)
 GLOP_PARAMETERS = "use_scaling: false use_preprocessing: false"
 
 K = TypeVar("K")

@@ -31,7 +31,8 @@ from repack.problem.classes import Problem, node_groups_by_key
 Clock = Callable[[], float]
 # values below this are treated as zero in the pricing (GLOP's duals carry about this noise)
 EPS = 1e-7
-# knapsack search nodes per pricing call; past it the loose bound is used (still valid)
+# knapsack search nodes per pricing call; past it the loose bound is used (still valid); set by
+# hand with the knapsack pricing
 NODE_LIMIT = 3000
 # relative error of a single-precision pattern value (float32 has 24 bits: 6e-8, with margin
 # for the sum over a pattern's classes), added to every listed node's best value so the

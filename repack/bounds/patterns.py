@@ -33,13 +33,11 @@ from repack.search.compiled import compiled
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
-# states a pattern enumeration may hold per second of the bound's time. Set when the listing ran
-# as numpy calls, about 400 000 states a second on a loaded 2-core machine; compiled it lists
-# 4-5 million a second (32 nodes, four pods per node), so the listing now takes a few percent of
-# the time. Kept: the cap also keeps the listings, and the LP's pricing over them, small
+# states a listing may hold per second of the LP's time: set when listing ran at 400 000 a
+# second; compiled it runs at 4-5 million, and the cap keeps the listings and their pricing small
 STATES_PER_SECOND = 200_000
 # columns added to the master LP per group and pricing round (the best by reduced cost), at
-# least; ``placement`` asks for more on large groups
+# least; set by hand (``placement`` asks for more on large groups, measured)
 TOP_COLUMNS = 8
 # entries of a listing up to which its single-precision copy is kept for the pricing products
 # (32 MB): a product over the int16 counts converts them first, three to four times the time

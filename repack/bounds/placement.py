@@ -45,21 +45,17 @@ from repack.bounds.pricing import greedy_patterns, price
 from repack.cpsat.choice import choose_group_patterns
 from repack.problem.classes import Assignment, GroupKey, Problem, node_groups_by_key
 
+# the exact pricing (and with it the Farley bound) runs at least every this many rounds while
+# cheap greedy columns still improve the LP; set by hand with the branch-and-bound pricing
 EXACT_EVERY = 6
-# LP dives a packing search tries at most (the first two deterministic, the others randomised)
+# LP dives a packing search tries at most (the first two deterministic, the others randomised);
+# set by hand
 DIVES = 20
-# the first dive raises the fractional columns most of the way up a 1/DIVE_BATCH of them at a
-# time (at least two; a batch that leaves the LP unable to beat the floor is undone, and the
-# dive goes on one column at a time). Measured on n32-ppn4-u100-k1 replayed at three times its
-# 1 s budget: the dive reaches the bound 127 in 0.04-0.05 s and 7 rounds, against 0.23 s and 29
-# one column a round. Whole 1 s solves, seeds 0-19, best-known outcome reached: n32-ppn4-u100-k1
-# 16 against 3, n32-ppn8-u105-k4 20 against 11, n32-ppn4-u105-k2 19 against 20; a third or a
-# sixth at a time did worse (3 of 10 seeds on n32-ppn4-u100-k1, against 10 with a quarter)
+# the first dive raises a 1/DIVE_BATCH of the fractional columns at a time (a batch that goes too
+# far is undone); measured: 16 of 20 seeds reached the best-known outcome at 1 s, against 3
 DIVE_BATCH = 4
-# columns a listed group adds per pricing round, per node of the group (at least TOP_COLUMNS).
-# Measured at 1 s: on 32 nodes with four pods per node 24 columns instead of 8 let the LP
-# converge in fewer rounds and its dive pack the optimum within the place phase in 3 of 4 runs,
-# not 1; on 8 nodes 24 slowed a 4-tier instance's proof from 0.4 s to 0.7 s (3 s at 10 s)
+# columns a listed group adds per pricing round, per node (at least TOP_COLUMNS); measured on 8
+# and 32 nodes: 24 columns on 32 nodes converge in fewer rounds, and slow 8 nodes down
 COLUMNS_PER_NODE = 0.75
 
 

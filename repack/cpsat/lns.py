@@ -35,14 +35,14 @@ from repack.problem.classes import (
 # nodes freed per neighbourhood (measured on 16-32 nodes: 2 improved less often, 4 mostly got no
 # answer within SUB_LIMIT on a loaded machine)
 NEIGHBOURHOOD = 3
-# share of the disrupt phase's neighbourhoods built around a move (the rest are random)
+# share of the disrupt phase's neighbourhoods built around a move (the rest are random); set
+# by hand
 LINKED_SHARE = 0.7
 # chance that a linked neighbourhood's next node follows the chain of moves, else it is random
-# (measured on the 1 s disrupt phases of a 32-node, 8-pods-per-node and a 16-node 4-tier
-# instance, six seeds each: disruption 9.8 and 12.7 on average, against 11.3 and 15.0 with
-# random third nodes; 0.3 and 0.75 did about as well as 0.5, 1.0 worse)
+# (measured in 1 s disrupt phases, six seeds: 9.8 moves against 11.3 with random third nodes)
 CHAIN_SHARE = 0.5
-# wall seconds for one refill; its best answer by then is used (it need not be proven)
+# wall seconds for one refill; its best answer by then is used (it need not be proven); set by
+# hand
 SUB_LIMIT = 0.05
 
 

@@ -4,7 +4,9 @@ A phase of tier p maximises the pods placed at priority >= p (``place``) or mini
 disruption there (``disrupt``), from an incumbent, within the seconds the budget gives it. Its
 state is what it has found so far (``best``), the proven bound on its value, the cut it passes to
 a search, its last whole-model search's result and the steps it took; the strategies in
-``place`` and ``disrupt`` update it, and the functions here end it with a ``PhaseReport``.
+``place`` and ``disrupt`` update it, and the functions here end it with a ``PhaseReport`` (a
+disrupt phase's result that no search proved is first relabelled on interchangeable nodes to
+move fewer pods).
 See ``docs/architecture.md#repack-phases``. Neighbours: ``context`` (what the phases share),
 ``dispatch`` (which starts a phase and picks its strategy).
 """

@@ -23,26 +23,24 @@ single moves instead, each step weighing every candidate; the steps run compiled
 Every time the state fits it is recorded and one more unplaced pod of the tier goes where it
 overloads least, so the search then works on fitting one pod more. After STALL_STEPS steps
 without a gain it starts again from its best state with fresh weights, up to RESTARTS times;
-it ends there, at the target or at the deadline. Measured on the grid's tight cells (8-32
-nodes, 8 pods per node, 100-105 % usage): 2-9 pods more than the greedy start within 5-80 ms,
-as many as the best-known outcomes (one more on one cell); see STALL_STEPS for how often a
-search reaches them from the greedy start.
+it ends there, at the target or at the deadline. On the benchmark grid's tight cells it places
+2-9 pods more than the greedy start within 5-80 ms (``docs/repack-tuning.md``).
 
 A disrupt phase's packing is improved by the same moves (``undo_moves``), as an iterated local
 search: a kick sends one to three moved pods back to the nodes they run on, the weighted search
 repairs the overload it causes with disruption weighing more, and a repair that fits with no
-more moves is kept; 1 000-10 000 rounds a second. Measured from the swap search's packings on
-8-32 nodes with 8 pods per node at 100-105 % usage, 0.3 s of it (eight seeds) took them from 21
-to 8-9 moves on 8 nodes, from 20 and 29 to 12-15 and 17-18 on 16, from 71 to 49-57 on 32 (the
-best-known outcomes: 8, 12, 17 and 42). Where no search runs beside it, it runs one chain a
-core (threads: the compiled rounds release the GIL), the others from other packings when given;
-a chain whose run is stuck starts a new run, from a fresh packing when given; the best run wins.
+more moves is kept; 1 000-10 000 rounds a second. Where no search runs beside it, it runs one
+chain a core (threads: the compiled rounds release the GIL), the others from other packings when
+given; a chain whose run is stuck starts a new run, from a fresh packing when given; the best
+run wins.
 
 Higher tiers' pods that stay where they run keep staying; their other pods may change nodes
 but never leave the cluster, so every value fixed for the higher tiers holds (as in ``lns``).
 Overloaded nodes, and pods on nodes where their class may only stay, are left alone. Every
 result passes ``classes.feasible``. Pure: the clock is a parameter. Hand-written because no
-library solves this max-cardinality vector packing with a warm start and move costs.
+library solves this max-cardinality vector packing with a warm start and move costs. See
+``docs/architecture.md#repack-phases``. Neighbours: ``swap_state``, ``swap_kernel``,
+``driver.improve`` (which calls it).
 """
 
 from __future__ import annotations
@@ -56,31 +54,21 @@ from repack.problem.classes import Assignment, Problem, feasible, tier_value
 from repack.search import swap_kernel as kernel
 from repack.search.swap_state import SwapState
 
-# disruption's weight, in mean requests of overload (a tie-break only)
+# disruption's weight, in mean requests of overload: a tie-break only, set small by hand
 MU = 0.01
-# a try ends after this many steps without a better state that fits, and the search starts
-# again from its best state up to RESTARTS times. Measured from the greedy starts of 32-node
-# cells, 20 seeds each: with 150 steps 1 seed reached the best-known 123 pods at 4 pods per node
-# and 105 % usage, 4 reached 127 at 100 %, 19 reached 248 at 8 pods per node and 105 %; with
-# 1 000 steps 14, 11 and 20 (0.07-0.09 s a search at 4 pods per node, 0.36 s at 8, which the
-# phase's share cuts short); with 2 000, 19, 13 and 20
+# a try ends after this many steps without a better state that fits, and starts again from its
+# best state up to RESTARTS times; measured from 32-node greedy starts (150, 1 000, 2 000 steps)
 STALL_STEPS = 1000
 RESTARTS = 4
-# ``undo_moves``: disruption's weight (scaled); with KICKS and REPAIR_STEPS (``swap_state``)
-# measured from the packings of 1 s solves (16 nodes: 20.4 moves left, against 22.4-23.8 with
-# other weights)
+# ``undo_moves``: disruption's weight (scaled); measured with KICKS and REPAIR_STEPS
+# (``swap_state``) from 1 s solves' packings: 20.4 moves left on 16 nodes, 22.4-23.8 otherwise
 UNDO_MU = 0.05
 # the clock is read between calls of the compiled loops: this many steps of the search, this
 # many rounds of the undoing of moves (each well under a millisecond on 32 nodes)
 CHUNK_STEPS = 32
 CHUNK_ROUNDS = 2
 # a run of the undoing of moves that has gained nothing for this many rounds, and for
-# RESTART_FACTOR times the rounds it took to its last gain, is stuck: its chain starts a new one
-# (from a fresh packing when given). Measured in 1 s solves: a run on 8 nodes with 8 pods each
-# makes its last gain within 10-840 rounds (5 000-10 000 a second) and then stays there, at 9
-# moves from the solver's packing on n8-ppn8-u105-k1 with every seed, where runs from fresh
-# packings reach the best-known 8 with one seed in two; on 16 nodes gains still come after 3 000
-# rounds (the factor lets such runs go on)
+# RESTART_FACTOR times the rounds to its last gain, is stuck (measured in 1 s solves on 8-16 nodes)
 RESTART_ROUNDS = 500
 RESTART_FACTOR = 2
 
@@ -148,9 +136,8 @@ def undo_moves(
     fits and is no worse becomes the best (an equal one too: the search walks across plateaus).
     ``others``: packings for the chains after the first to start from, in order, where they
     place as many pods as ``x`` and agree with it outside the classes and nodes in play (a
-    chain whose start moves fewer pods, or leads elsewhere, finds other outcomes: from a packing
-    of the pods kept where they run, 18 moves on n32-ppn4-u95-k1 with each of four seeds, where
-    chains from the same packing ended at 18 once and 19 otherwise). A chain that stalls
+    chain whose start moves fewer pods, or leads elsewhere, finds other outcomes). A chain that
+    stalls
     (RESTART_ROUNDS) starts a new run with other draws, from ``fresh(seed)`` when that gives
     such a packing, else from its own start; the best run wins."""
     active = problem.active(tier)
