@@ -15,16 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ortools.sat.python import cp_model
-
 from repack.cpsat.model import Fix
 from repack.driver import disrupt, place
 from repack.driver.context import SolveContext
 from repack.driver.phase import (
     PhaseResult,
     PhaseState,
-    finish,
-    infeasible,
+    conclude,
     kept,
     proven,
     search_step,
@@ -32,26 +29,15 @@ from repack.driver.phase import (
 from repack.problem.classes import Assignment
 
 
-def run_phase(
-    ctx: SolveContext,
-    tier: int,
-    kind: str,
-    fixes: Sequence[Fix],
-    incumbent: Assignment | None,
-    hint: Assignment,
-    bound: int,
-) -> PhaseResult:
-    """Solves one phase ("place" or "disrupt") of ``tier`` under the settled ``fixes``, from
-    ``incumbent`` (None when the start heuristics found no valid one), with the search hint
-    ``hint`` and the trivial bound ``bound``; its report is added to ``ctx.reports``."""
-    st = start_phase(ctx, tier, kind, fixes, incumbent, hint, bound)
-    if incumbent is not None and st.value(incumbent) == bound:
+def run_phase(ctx: SolveContext, st: PhaseState) -> PhaseResult:
+    """Solves a phase started by ``start_phase``; its report is added to ``ctx.reports``."""
+    if st.incumbent is not None and st.value(st.incumbent) == st.bound:
         return kept(ctx, st)  # the start is proven optimal: nothing to do
     if st.seconds < ctx.tuning.min_step_seconds:
         return kept(ctx, st)  # the budget is spent: keep what we have
     if not ctx.options.patterns:
         return search_alone(ctx, st)
-    if kind == "place":
+    if st.kind == "place":
         return _place(ctx, st)
     return _disrupt(ctx, st)
 
@@ -65,7 +51,9 @@ def start_phase(
     hint: Assignment,
     bound: int,
 ) -> PhaseState:
-    """A phase's state as it starts, with its share of the budget."""
+    """A phase of ``kind`` ("place" or "disrupt") at ``tier`` as it starts, with its share of
+    the budget: under the settled ``fixes``, from ``incumbent`` (None when the start heuristics
+    found no valid one), with the search hint ``hint`` and the trivial bound ``bound``."""
     started = ctx.clock()
     seconds = ctx.budget.allot()
     return PhaseState(
@@ -119,8 +107,4 @@ def _short(ctx: SolveContext, st: PhaseState) -> bool:
 
 def search_alone(ctx: SolveContext, st: PhaseState) -> PhaseResult:
     """One whole-model search with all of the phase's time."""
-    result = search_step(ctx, st, st.seconds - (ctx.clock() - st.started), None)
-    if result.status == cp_model.INFEASIBLE:
-        return infeasible(ctx, st)
-    st.absorb(result)
-    return finish(ctx, st)
+    return conclude(ctx, st, search_step(ctx, st, st.seconds - (ctx.clock() - st.started), None))

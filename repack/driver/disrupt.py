@@ -15,8 +15,6 @@ moves on large clusters, then one search with the LP's bound as a cut.
 
 from __future__ import annotations
 
-from ortools.sat.python import cp_model
-
 from repack.driver.context import SolveContext
 from repack.driver.improve import improve
 from repack.driver.lp import pattern_lp
@@ -24,8 +22,8 @@ from repack.driver.options import Clock
 from repack.driver.phase import (
     PhaseResult,
     PhaseState,
+    conclude,
     finish,
-    infeasible,
     proven,
     search_beside,
     search_step,
@@ -91,11 +89,7 @@ def side_by_side(ctx: SolveContext, st: PhaseState) -> PhaseResult:
         bounded(tuning.side_bound_share, beside.clock)
     if not met():
         st.best = improve(ctx, st, 1.0, beside.clock)
-    result = searched(ctx, st, beside, met)
-    if result.status == cp_model.INFEASIBLE:
-        return infeasible(ctx, st)
-    st.absorb(result)
-    return finish(ctx, st)
+    return conclude(ctx, st, searched(ctx, st, beside, met))
 
 
 def in_sequence(ctx: SolveContext, st: PhaseState) -> PhaseResult:
@@ -124,8 +118,4 @@ def in_sequence(ctx: SolveContext, st: PhaseState) -> PhaseResult:
         st.best = st.hint = improve(ctx, st, tuning.lns_disrupt_share)
         if st.met():
             return proven(ctx, st)
-    result = search_step(ctx, st, st.seconds - (ctx.clock() - st.started), st.cut)
-    if result.status == cp_model.INFEASIBLE:
-        return infeasible(ctx, st)
-    st.absorb(result)
-    return finish(ctx, st)
+    return conclude(ctx, st, search_step(ctx, st, st.seconds - (ctx.clock() - st.started), st.cut))

@@ -142,6 +142,15 @@ def kept(ctx: SolveContext, st: PhaseState) -> PhaseResult:
     return PhaseResult(st.incumbent, value, proof)
 
 
+def conclude(ctx: SolveContext, st: PhaseState, result: SearchResult) -> PhaseResult:
+    """Ends a phase with its last whole-model search's result: INFEASIBLE when the search
+    proved it, else ``finish`` with what the search found."""
+    if result.status == cp_model.INFEASIBLE:
+        return infeasible(ctx, st)
+    st.absorb(result)
+    return finish(ctx, st)
+
+
 def finish(ctx: SolveContext, st: PhaseState) -> PhaseResult:
     """Ends a phase with its best assignment (a disrupt phase's relabelled to move fewer pods
     unless its search proved it): OPTIMAL when it meets the bound or the search proved it."""

@@ -21,6 +21,7 @@ from repack.driver.lp import pattern_lp
 from repack.driver.phase import (
     PhaseResult,
     PhaseState,
+    conclude,
     finish,
     infeasible,
     proven,
@@ -111,11 +112,7 @@ def side_by_side(ctx: SolveContext, st: PhaseState) -> PhaseResult:
         st.take(packed)
         if not met():
             st.best = improve(ctx, st, 1.0, beside.clock)
-    result = searched(ctx, st, beside, met)
-    if result.status == cp_model.INFEASIBLE:
-        return infeasible(ctx, st)
-    st.absorb(result)
-    return finish(ctx, st)
+    return conclude(ctx, st, searched(ctx, st, beside, met))
 
 
 def in_sequence(ctx: SolveContext, st: PhaseState) -> PhaseResult:

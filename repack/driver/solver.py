@@ -23,7 +23,7 @@ from dataclasses import replace
 from repack.cpsat.model import Fix
 from repack.driver.budget import plan_reserve
 from repack.driver.context import SolveContext, better, restrict
-from repack.driver.dispatch import run_phase
+from repack.driver.dispatch import run_phase, start_phase
 from repack.driver.options import Clock, SolveOptions, Tuning
 from repack.driver.planning import make_plan
 from repack.problem.classes import Assignment, build_problem, current_assignment, disruption_at
@@ -66,7 +66,8 @@ def solve(
         placed_fixes = [f for f in fixes if f.kind == "placed"]
         if placed_fixes and placed_fixes[-1].op == "==":
             bound = placed_fixes[-1].value + sum(problem.classes[c].total for c in new)
-        best, value, optimal = run_phase(ctx, p, "place", fixes, incumbent, start_x, bound)
+        place = start_phase(ctx, p, "place", fixes, incumbent, start_x, bound)
+        best, value, optimal = run_phase(ctx, place)
         if best is None:
             return failed(_failure(ctx), False, "no placement found in time", ctx.reports)
         fixes.append(Fix("placed", p, "==" if optimal else ">=", value))
@@ -83,7 +84,9 @@ def solve(
         polished = reduce_moves(problem, best, active, ctx.budget.heuristics_until(), clock)
         if ctx.satisfies(polished, fixes, p):
             best = better(problem, p, polished, best)
-        best, value, optimal = run_phase(ctx, p, "disrupt", fixes, best, best, floor)
+        best, value, optimal = run_phase(
+            ctx, start_phase(ctx, p, "disrupt", fixes, best, best, floor)
+        )
         if best is None:
             return failed(_failure(ctx), False, "no placement found in time", ctx.reports)
         fixes.append(Fix("disruption", p, "==" if optimal else "<=", value))
