@@ -96,11 +96,12 @@ def render_table(plan: Plan, out: TextIO) -> None:
         file=out,
     )
     if plan.phases:
-        print("\ntier  phase    status      value  bound  seconds", file=out)
+        print("\ntier  phase    status      value  bound  seconds  steps", file=out)
         for ph in plan.phases:
+            steps = "(no solve needed)" if ph.skipped else " ".join(s.name for s in ph.steps)
             print(
                 f"{ph.tier:>4}  {ph.phase:<7}  {ph.status:<10}  {ph.value:>5}  {ph.bound:>5}"
-                f"  {ph.seconds:>7.3f}{'  (no solve needed)' if ph.skipped else ''}",
+                f"  {ph.seconds:>7.3f}  {steps}",
                 file=out,
             )
 
