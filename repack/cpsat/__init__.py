@@ -8,3 +8,7 @@
 * ``choice`` — price-and-branch: integral choices among the pattern LPs' columns;
 * ``knapsack`` — the last-resort pricing of a place-LP column.
 """
+
+# The two formulations of the phase models (``model``), here so that naming them (the command
+# line's choices, option checks) does not load OR-Tools.
+FORMULATIONS = ("classes", "per-pod")

@@ -21,9 +21,8 @@ from typing import Literal
 
 from ortools.sat.python import cp_model
 
+from repack.cpsat import FORMULATIONS
 from repack.problem.classes import EVICT_COST, MOVE_COST, Assignment, Problem
-
-FORMULATIONS = ("classes", "per-pod")
 
 
 class Model(cp_model.CpModel):

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from repack.cpsat.model import FORMULATIONS
+from repack.cpsat import FORMULATIONS
 
 Clock = Callable[[], float]  # seconds; the driver never reads the time any other way
 
