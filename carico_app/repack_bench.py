@@ -37,6 +37,7 @@ def _solve(snap: Snapshot, limit: float, workers: int, formulation: str = "class
 
     return solve(snap, SolveOptions(time_limit=limit, formulation=formulation, workers=workers))
 
+
 CLASSES = ("Better&Optimal", "Better", "Default-Optimal", "Failure")
 SHORT = {"Better&Optimal": "B&O", "Better": "B", "Default-Optimal": "DO", "Failure": "F"}
 # The default run: two instances from each of these cells (nodes, pods/node, usage %, tiers), so
