@@ -16,7 +16,6 @@ import numpy as np
 from agent.pipeline import CapacityReport
 from carico.footprint import ClassFootprint, FleetSummary, Footprint
 from carico.model import SubspaceModel, expected_workload
-from carico.pods import Requests
 from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 MODES = {
@@ -132,16 +131,6 @@ def class_footprint_message(c: ClassFootprint, pods: int = 0) -> capacity_pb2.Cl
         samples=c.samples,
         request_cpu_cores=_finite(c.requests.cpu),
         request_memory_bytes=_finite(c.requests.memory),
-    )
-
-
-def class_footprint_from_wire(m: capacity_pb2.ClassFootprint) -> ClassFootprint:
-    return ClassFootprint(
-        m.workload_class,
-        Footprint(m.cpu_cores, m.memory_bytes),
-        m.source,
-        int(m.samples),
-        Requests(m.request_cpu_cores, m.request_memory_bytes),
     )
 
 

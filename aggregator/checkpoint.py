@@ -7,8 +7,10 @@ leaves the previous checkpoint intact. Loading re-validates every entry with the
 ``Exchange``: a damaged or tampered file can cost the saved state, never poison the model. A file
 that cannot be read or parsed raises :class:`CheckpointError`, whatever its shape (nesting past
 the parser's recursion limit, numbers no float can hold, ...), which the caller logs and ignores;
-an entry that cannot be used is skipped with a reason. A kill during a write leaves the temporary
-file behind: :func:`remove_orphans` deletes those at start.
+an entry that cannot be used is skipped with a reason — a damaged list of classes too, as
+``Exchange`` would refuse the whole model (its node sends it again within seconds). An entry
+without the list (a checkpoint of an older version) has no classes. A kill during a write leaves
+the temporary file behind: :func:`remove_orphans` deletes those at start.
 
 What the checkpoint has not saved yet is in the ``journal`` beside it
 (docs/architecture.md#failure-behaviour).
@@ -26,15 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from aggregator.validate import (
+    MAX_FLEET_CLASSES,
     NodeEntry,
     ValidationError,
+    check_class,
     check_costs,
+    check_distinct,
     check_factor,
     check_feature_names,
     check_node_name,
     check_timestamp,
     check_weight,
+    class_footprint,
 )
+from carico.footprint import ClassFootprint
 
 FORMAT = "carico-aggregator-checkpoint"
 FORMAT_VERSION = 1
@@ -62,6 +69,18 @@ def encode(feature_names: tuple[str, ...] | None, entries: list[NodeEntry], now:
                 "u": list(e.u),
                 "sigma": list(e.sigma),
                 "per_pod_costs": list(e.per_pod_costs),
+                # [name, cpu, memory, samples, request cpu, request memory] per class
+                "classes": [
+                    [
+                        c.name,
+                        c.footprint.cpu,
+                        c.footprint.memory,
+                        c.samples,
+                        c.requests.cpu,
+                        c.requests.memory,
+                    ]
+                    for c in e.classes
+                ],
             }
             for e in entries
         ],
@@ -124,6 +143,26 @@ def _floats(value: Any, what: str) -> tuple[float, ...]:
     return tuple(_float(v, what) for v in value)
 
 
+def _classes(value: Any) -> tuple[ClassFootprint, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_FLEET_CLASSES:
+        raise ValidationError(f"classes are not a list of at most {MAX_FLEET_CLASSES}")
+    result = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 6 and isinstance(item[0], str)):
+            raise ValidationError("a class is not [name, cpu, memory, samples, requests]")
+        name = item[0]
+        cpu, memory = _float(item[1], "class cpu"), _float(item[2], "class memory")
+        samples = _int(item[3], "class samples")
+        request_cpu = _float(item[4], "class request cpu")
+        request_memory = _float(item[5], "class request memory")
+        check_class(name, "learned", cpu, memory, request_cpu, request_memory)
+        result.append(class_footprint(name, cpu, memory, samples, request_cpu, request_memory))
+    check_distinct([c.name for c in result])
+    return tuple(result)
+
+
 def _entry(raw: Any, feature_count: int) -> NodeEntry:
     if not isinstance(raw, dict):
         raise ValidationError("entry is not an object")
@@ -153,6 +192,7 @@ def _entry(raw: Any, feature_count: int) -> NodeEntry:
         u=u,
         sigma=sigma,
         per_pod_costs=costs,
+        classes=_classes(raw.get("classes")),
     )
 
 

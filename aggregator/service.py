@@ -59,6 +59,7 @@ class AggregatorConfig:
     checkpoint_path: Path | None = None
     checkpoint_interval: float = 30.0
     policy: SenderPolicy = LEAVES_ONLY  # who may stand for more than one node
+    class_interval: float = 1.0  # seconds between rebuilds of the per-class summary at most
 
 
 class ExchangeRefused(Exception):
@@ -92,7 +93,7 @@ class AggregatorService:
         self.config = config
         self.metrics = metrics if metrics is not None else AggregatorMetrics()
         self.clock = clock
-        self.store = ModelStore(config.ttl, config.feature_names)
+        self.store = ModelStore(config.ttl, config.feature_names, config.class_interval)
         self._local: GlobalView | None = None
         self._parent: aggregator_pb2.GlobalModel | None = None
         self._parent_at = -math.inf
@@ -226,7 +227,10 @@ class AggregatorService:
         if gone:
             self.metrics.expired.inc(len(gone))
             log.info("nodes expired", extra={"nodes": gone[:20], "count": len(gone)})
-        if gone or (self._parent is not None and now - self._parent_at > self.config.ttl):
+        stale_parent = self._parent is not None and now - self._parent_at > self.config.ttl
+        # A dirty store here holds a per-class summary withheld by its interval (or models the
+        # recompute task is about to take): recomputing now is harmless either way.
+        if gone or stale_parent or self.store.dirty:
             self.recompute()
         return gone
 
@@ -275,7 +279,7 @@ class AggregatorService:
         claimed = []
         for entry in entries:
             try:
-                check_claim(entry.node, entry.weight, self.config.policy)
+                check_claim(entry.node, entry.weight, self.config.policy, len(entry.classes))
             except ValidationError as exc:
                 log.warning(
                     "checkpoint entry skipped", extra={"path": str(path), "error": _cut(exc)}

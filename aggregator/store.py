@@ -15,6 +15,13 @@ rank, so the mean is represented exactly and a parent aggregator averaging child
 the flat mean to rounding. Each entry's weighted moment wᵢCᵢ lives in a row of one array, written
 only when the entry changes; a recompute then costs one sum over N·d² numbers plus a d×d eigh.
 
+The global view also holds the fleet's per-class medians (one vote per sender and class, at most
+``MAX_FLEET_CLASSES`` classes: those learned by the most senders), from ``classes``: each changed
+entry's classes are turned into arrays with its moment, and the summary itself is a few numpy
+sorts. A learning node's footprints change with every report, so the summary is rebuilt only when
+a sender's classes changed and at most once per ``class_interval`` (1 s; the agents fetch it every
+few seconds); in between the last one is served.
+
 Neighbours: ``validate`` builds the entries, ``service`` drives this store, ``checkpoint`` saves
 and restores its entries.
 """
@@ -22,11 +29,14 @@ and restores its entries.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from aggregator.validate import NodeEntry, ValidationError
+from aggregator.classes import ClassVotes
+from aggregator.validate import MAX_FLEET_CLASSES, NodeEntry, ValidationError
+from carico.footprint import EMPTY_FLEET, FleetSummary
+from carico.pods import Requests
 from carico.subspace import FloatArray
 
 OUTCOME_ACCEPTED = "accepted"
@@ -47,6 +57,10 @@ class GlobalView:
     nodes_with_cost: int
     all_costs: FloatArray  # every member's per-pod cost, for forwarding to a parent
     computed_at: float
+    # Per class, the median footprint over the senders that learned it, and the fleet's ratios of
+    # footprint to requests; with each class's requests (those of its latest sender).
+    fleet: FleetSummary = EMPTY_FLEET
+    class_requests: Mapping[str, Requests] = field(default_factory=dict)
 
     def second_moment(self) -> FloatArray:
         scaled = self.u * self.sigma
@@ -57,10 +71,18 @@ class GlobalView:
 class ModelStore:
     """Latest model per sender, TTL expiry and the weighted-mean global model."""
 
-    def __init__(self, ttl: float, feature_names: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        feature_names: tuple[str, ...] | None = None,
+        class_interval: float = 1.0,
+    ) -> None:
         if not ttl > 0:
             raise ValueError(f"ttl must be positive, got {ttl}")
+        if not class_interval >= 0:
+            raise ValueError(f"class_interval must be >= 0, got {class_interval}")
         self.ttl = float(ttl)
+        self.class_interval = float(class_interval)
         self._configured_features = feature_names
         self._features = feature_names
         self._entries: dict[str, NodeEntry] = {}
@@ -74,6 +96,13 @@ class ModelStore:
         self._costs: FloatArray = np.zeros(0)
         self._member_costs: dict[str, tuple[float, ...]] = {}
         self._dirty = False
+        # The per-class summary, rebuilt when a sender's classes changed (at most once per
+        # class_interval: see the module's docstring).
+        self._classes_changed = False
+        self._classes_at = -np.inf
+        self._votes = ClassVotes()
+        self._fleet: FleetSummary = EMPTY_FLEET
+        self._class_requests: dict[str, Requests] = {}
 
     # -- state --------------------------------------------------------------------------------
 
@@ -164,6 +193,8 @@ class ModelStore:
 
     def _remove(self, node: str) -> None:
         del self._entries[node]
+        if self._votes.remove(node):
+            self._classes_changed = True
         self._pending.discard(node)
         self._member_costs.pop(node, None)
         self._dirty = True
@@ -203,8 +234,11 @@ class ModelStore:
             self._weights = np.concatenate((self._weights, np.zeros(grow - len(self._weights))))
             self._costs = np.concatenate((self._costs, np.full(grow - len(self._costs), np.nan)))
         by_rank: dict[int, list[NodeEntry]] = {}
+        votes = self._votes
         for node in nodes:
             entry = self._entries[node]
+            if votes.update(node, entry.classes):
+                self._classes_changed = True
             by_rank.setdefault(entry.r, []).append(entry)
             if node not in self._slot:
                 self._slot[node] = len(self._slot_nodes)
@@ -225,12 +259,28 @@ class ModelStore:
                     self._member_costs.pop(e.node, None)
                     self._costs[row] = e.per_pod_costs[0] if e.per_pod_costs else np.nan
 
+    def _summarise_classes(self, now: float) -> None:
+        """Rebuild the per-class summary if a sender's classes changed and it is due."""
+        if not self._classes_changed:
+            return
+        if self._classes_at <= now < self._classes_at + self.class_interval:
+            self._dirty = (
+                True  # withheld: a later recompute (the next expiry at the latest) does it
+            )
+            return
+        self._classes_changed = False
+        self._classes_at = now
+        # In order of arrival: a class's requests are those of its latest sender.
+        self._fleet, self._class_requests = self._votes.summary(self._entries, MAX_FLEET_CLASSES)
+
     def compute(self, now: float) -> GlobalView | None:
-        """The global model of the entries held now (None when there are none); clears dirty."""
+        """The global model of the entries held now (None when there are none); clears dirty
+        (unless a changed per-class summary is withheld until its interval has passed)."""
         self._dirty = False
+        self._flush_pending()
+        self._summarise_classes(now)
         if not self._entries or self._features is None:
             return None
-        self._flush_pending()
         n = len(self._slot_nodes)
         total_weight = float(self._weights[:n].sum())
         mean = self._moments[:n].sum(axis=0) / total_weight
@@ -254,4 +304,6 @@ class ModelStore:
             nodes_with_cost=len(costs),
             all_costs=costs,
             computed_at=now,
+            fleet=self._fleet,
+            class_requests=self._class_requests,
         )

@@ -3,15 +3,18 @@
 Design: docs/architecture.md#security.
 
 Every ``LocalModel`` is checked here before it may reach the store: node name, weight, fleet-prior
-costs, and the factor itself (dimensions, feature names, NaN/inf, orthonormal U, σ descending and
-within range). A failure raises :class:`ValidationError` whose message names the problem; the gRPC
-layer turns it into ``INVALID_ARGUMENT``. The checkpoint loader reuses the same checks.
+costs, the learned class footprints, and the factor itself (dimensions, feature names, NaN/inf,
+orthonormal U, σ descending and within range). A failure raises :class:`ValidationError` whose
+message names the problem; the gRPC layer turns it into ``INVALID_ARGUMENT``. The checkpoint
+loader reuses the same checks.
 
 A sender's influence is bounded by what it can honestly claim (docs/architecture.md#aggregation):
 a node is one node (weight 1, at most one per-pod cost); only a child aggregator this one was told
 about (:class:`SenderPolicy`) stands for more, and for at most ``max_child_weight`` nodes, with at
-most one cost per node; and once the fleet's median cost is known, a cost more than
-``COST_SPREAD`` times away from it is absurd and refused (:func:`cost_band`).
+most one cost per node; once the fleet's median cost is known, a cost more than
+``COST_SPREAD`` times away from it is absurd and refused (:func:`cost_band`); and a sender names
+each class at most once (one vote per class in the fleet's medians), a node at most
+``MAX_CLASSES_PER_REPORT`` classes, a child aggregator at most ``MAX_FLEET_CLASSES``.
 
 The aggregator validates thousands of models a second, so for the usual small factors (d·r ≤ 64)
 the checks run as plain Python loops: for a 2×2 factor that is several times cheaper than the
@@ -32,9 +35,11 @@ from typing import NamedTuple
 
 import numpy as np
 
+from carico.footprint import MAX_CLASSES_PER_REPORT, ClassFootprint, Footprint
 from carico.names import MAX_SUBDOMAIN, SUBDOMAIN, subdomain_problem
+from carico.pods import MAX_CLASS_NAME, Requests
 from carico.subspace import MAX_DIMS, ORTHONORMAL_ATOL
-from protos.carico.v1 import aggregator_pb2
+from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 # Kubernetes node names are DNS-1123 subdomains (carico.names).
 MAX_NODE_NAME = MAX_SUBDOMAIN
@@ -54,6 +59,15 @@ MAX_PER_POD_COST = 1e6
 # magnitude, and the median must not be movable by a few senders' absurd values.
 COST_SPREAD = 1000.0
 MIN_FLEET_COSTS = 10
+# The most classes the fleet's summary holds, and so what a child aggregator may send (its own
+# per-class medians).
+MAX_FLEET_CLASSES = 1024
+# A class footprint (and what its pods request) above these is a broken sender, not a workload: no
+# machine has 10,000 cores (the largest have a few hundred) or a petabyte of memory (tens of
+# terabytes), and a pod cannot use or be given more than its node has.
+MAX_CLASS_CPU = 10_000.0
+MAX_CLASS_MEMORY = 1e15
+LEARNED = "learned"  # the only source a sender may report: what its node (or its fleet) measured
 # σ₁ ≤ √d holds exactly for data in [0,1]^d; allow rounding of the sender's SVD.
 SIGMA_RANGE_RTOL = 1e-9
 _SMALL_FACTOR = 64  # d·r up to which the pure-Python checks are used
@@ -102,6 +116,7 @@ class NodeEntry(NamedTuple):
     u: tuple[float, ...]
     sigma: tuple[float, ...]
     per_pod_costs: tuple[float, ...]
+    classes: tuple[ClassFootprint, ...] = ()  # the classes the sender learned (source learned)
 
 
 def check_node_name(node: str, what: str = "node name") -> None:
@@ -238,8 +253,14 @@ def check_weight(weight: int) -> int:
     return weight
 
 
-def check_claim(node: str, weight: int, policy: SenderPolicy) -> None:
-    """A weight above 1 only from a child aggregator of ``policy``, and within its bound."""
+def check_claim(node: str, weight: int, policy: SenderPolicy, classes: int = 0) -> None:
+    """A weight above 1 only from a child aggregator of ``policy``, and within its bound; more
+    than ``MAX_CLASSES_PER_REPORT`` classes only from a child, and at most ``MAX_FLEET_CLASSES``."""
+    if classes > MAX_CLASSES_PER_REPORT:
+        limit = MAX_FLEET_CLASSES if node in policy.children else MAX_CLASSES_PER_REPORT
+        if classes > limit:
+            who = "child aggregator" if node in policy.children else "node"
+            raise ValidationError(f"{classes} classes: more than {limit} for a {who}")
     if weight <= 1:
         return
     if node not in policy.children:
@@ -271,6 +292,102 @@ def check_costs(costs: Sequence[float], weight: int, band: CostBand = None) -> t
     return tuple(costs)
 
 
+def check_class(
+    name: str, source: str, cpu: float, memory: float, request_cpu: float, request_memory: float
+) -> None:
+    """One learned class footprint: a printable name, source learned, sane amounts."""
+    if not name or len(name) > MAX_CLASS_NAME or not name.isprintable():
+        raise ValidationError(
+            f"class name {name[:80]!r} is invalid (1-{MAX_CLASS_NAME} printable characters)"
+        )
+    if source != LEARNED:
+        raise ValidationError(f"class {name[:80]!r}: source {source[:20]!r} is not {LEARNED!r}")
+    for what, value, high, unit in (
+        ("cpu", cpu, MAX_CLASS_CPU, "cores"),
+        ("memory", memory, MAX_CLASS_MEMORY, "bytes"),
+        ("request cpu", request_cpu, MAX_CLASS_CPU, "cores"),
+        ("request memory", request_memory, MAX_CLASS_MEMORY, "bytes"),
+    ):
+        if not 0.0 <= value <= high:  # NaN fails too
+            raise ValidationError(
+                f"class {name[:80]!r}: {what} {value:g} is not in [0, {high:g}] {unit}"
+            )
+
+
+# The pods of a class request the same on every node, so the requests of the classes held are
+# few distinct values: sharing them saves an object per class and sender (and its construction, a
+# third of a class's cost). Bounded: hostile senders can only make it start over.
+_REQUESTS: dict[tuple[float, float], Requests] = {}
+_MAX_SHARED_REQUESTS = 4096
+
+
+def class_footprint(
+    name: str, cpu: float, memory: float, samples: int, request_cpu: float, request_memory: float
+) -> ClassFootprint:
+    key = (request_cpu, request_memory)
+    requests = _REQUESTS.get(key)
+    if requests is None:
+        if len(_REQUESTS) >= _MAX_SHARED_REQUESTS:
+            _REQUESTS.clear()
+        requests = _REQUESTS[key] = Requests(request_cpu, request_memory)
+    return ClassFootprint(name, Footprint(cpu, memory), LEARNED, samples, requests)
+
+
+# A class as read from the wire: name, cpu, memory, samples, request cpu, request memory.
+RawClass = tuple[str, float, float, int, float, float]
+
+
+def check_classes(
+    raw: Sequence[capacity_pb2.ClassFootprint], node: str, policy: SenderPolicy
+) -> list[RawClass]:
+    """The ``class_footprints`` of a ``LocalModel``, read once and checked: each well-formed,
+    each class named once, no more than the sender may send."""
+    check_claim(node, 1, policy, len(raw))
+    result = []
+    for m in raw:
+        name = m.workload_class
+        cpu, memory = m.cpu_cores, m.memory_bytes
+        request_cpu, request_memory = m.request_cpu_cores, m.request_memory_bytes
+        if not (
+            0.0 <= cpu <= MAX_CLASS_CPU
+            and 0.0 <= request_cpu <= MAX_CLASS_CPU
+            and 0.0 <= memory <= MAX_CLASS_MEMORY
+            and 0.0 <= request_memory <= MAX_CLASS_MEMORY
+            and 0 < len(name) <= MAX_CLASS_NAME
+            and name.isprintable()
+            and m.source == LEARNED
+        ):
+            check_class(name, m.source, cpu, memory, request_cpu, request_memory)
+        result.append((name, cpu, memory, m.samples, request_cpu, request_memory))
+    check_distinct([c[0] for c in result])
+    return result
+
+
+def check_distinct(names: Sequence[str]) -> None:
+    """Each class at most once: a sender has one vote per class in the fleet's medians."""
+    if len(set(names)) != len(names):
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ValidationError(f"class {name[:80]!r} appears more than once")
+            seen.add(name)
+
+
+def classes_of(raw: Sequence[capacity_pb2.ClassFootprint]) -> tuple[ClassFootprint, ...]:
+    """The classes of a ``LocalModel`` that passed :func:`check_classes` already."""
+    return tuple(
+        class_footprint(
+            m.workload_class,
+            m.cpu_cores,
+            m.memory_bytes,
+            m.samples,
+            m.request_cpu_cores,
+            m.request_memory_bytes,
+        )
+        for m in raw
+    )
+
+
 def check_timestamp(timestamp: float) -> None:
     if not (math.isfinite(timestamp) and timestamp >= 0.0):
         raise ValidationError(f"timestamp {timestamp!r} is not a finite non-negative number")
@@ -283,6 +400,7 @@ def validate_local_model(
     known_nodes: Container[str] = (),
     policy: SenderPolicy = LEAVES_ONLY,
     band: CostBand = None,
+    keep_classes: bool = True,
 ) -> tuple[NodeEntry, tuple[str, ...]]:
     """Check ``message``; return the entry to store and its feature names.
 
@@ -290,7 +408,8 @@ def validate_local_model(
     so that two parties never mix dimensions. Names in ``known_nodes`` passed this check before
     and are not matched again. ``policy`` says who may stand for more than one node, ``band``
     which costs the fleet accepts. Every protobuf field is read once: each access crosses into
-    the protobuf runtime.
+    the protobuf runtime. ``keep_classes`` false checks the classes without building them (a
+    worker process only checks; building a class costs several times what checking it does).
     """
     node = message.node
     if node not in known_nodes and (
@@ -326,7 +445,15 @@ def validate_local_model(
         check_claim(node, weight, policy)
     raw_costs = message.per_pod_costs
     costs = check_costs(raw_costs, weight, band) if raw_costs else ()
-    entry = NodeEntry(node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs)
+    raw_classes = message.class_footprints
+    classes: tuple[ClassFootprint, ...] = ()
+    if raw_classes:
+        read = check_classes(raw_classes, node, policy)
+        if keep_classes:
+            classes = tuple(class_footprint(*c) for c in read)
+    entry = NodeEntry(
+        node, message.sequence, timestamp, received_at, weight, d, r, u, sigma, costs, classes
+    )
     return entry, names
 
 
@@ -347,5 +474,6 @@ def checked_entry(
         tuple(model.u),
         tuple(model.sigma),
         tuple(message.per_pod_costs),
+        classes_of(message.class_footprints),
     )
     return entry, tuple(model.feature_names)

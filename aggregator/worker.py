@@ -109,7 +109,13 @@ class WorkerFront:
         try:
             # The clock value is not used: the merger stamps arrival when it stores the model.
             validate_local_model(
-                request, self.features, 0.0, self._known, self.config.policy, self.band
+                request,
+                self.features,
+                0.0,
+                self._known,
+                self.config.policy,
+                self.band,
+                keep_classes=False,  # the merger builds them (checked_entry)
             )
         except ValidationError as exc:
             self.metrics.exchanges["invalid"] += 1

@@ -74,7 +74,7 @@ def is_workload_pod(owner_kinds: Collection[str], annotations: Mapping[str, str]
 # with the Kubernetes client's parse_quantity so that the core (and the agent's hot path) does not
 # load that client for one function.
 _QUANTITY = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$"
+    r"^([+-]?(?:\d+\.?\d*|\.\d+))([eE][+-]?\d+)?(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
 )
 _SUFFIX = {
     "": Decimal(1),
@@ -98,6 +98,9 @@ def parse_quantity(value: object) -> Decimal:
     ('0.500', '1.5', '2048')
     >>> str(parse_quantity("1e3")), str(parse_quantity("1E")), str(parse_quantity(3))
     ('1E+3', '1E+18', '3')
+    >>> str(parse_quantity("1e3m"))  # an exponent and a suffix, as the Kubernetes client reads it
+    '1'
+
     >>> parse_quantity("1 Gi")
     Traceback (most recent call last):
     ...
@@ -113,8 +116,7 @@ def parse_quantity(value: object) -> Decimal:
     amount = Decimal(number)
     if exponent:
         amount = amount.scaleb(int(exponent[1:]))
-    else:
-        amount *= _SUFFIX[suffix or ""]
+    amount *= _SUFFIX[suffix or ""]
     if not amount.is_finite() or amount < 0:
         raise ValueError(f"invalid quantity {value!r}")
     return amount

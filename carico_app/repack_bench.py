@@ -25,10 +25,18 @@ from dataclasses import dataclass
 from itertools import product
 from pathlib import Path
 
-from repack.driver.solver import SolveOptions, solve
 from repack.problem.generator import Cell, instances
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Snapshot
+
+
+def _solve(snap: Snapshot, limit: float, workers: int, formulation: str = "classes") -> Plan:
+    # Imported at the first solve, not at the top: ``carico repack-bench --help`` must not load
+    # OR-Tools, numba and the solver's compiled loops (seconds).
+    from repack.driver.solver import SolveOptions, solve
+
+    return solve(snap, SolveOptions(time_limit=limit, formulation=formulation, workers=workers))
+
 
 CLASSES = ("Better&Optimal", "Better", "Default-Optimal", "Failure")
 SHORT = {"Better&Optimal": "B&O", "Better": "B", "Default-Optimal": "DO", "Failure": "F"}
@@ -78,7 +86,7 @@ def _runs(
     out = []
     for limit, form in product(limits, forms):
         cpu = time.process_time()
-        plan = solve(snap, SolveOptions(time_limit=limit, formulation=form, workers=workers))
+        plan = _solve(snap, limit, workers, form)
         cpu = time.process_time() - cpu
         out.append(
             Run(
@@ -112,7 +120,7 @@ def best_known(
         warnings.append(f"{key}: runs proved different optima {sorted(proven)}")
     entry = cache.get(key)
     if entry is None and not proven:
-        plan = solve(snap, SolveOptions(time_limit=long_limit, workers=workers))
+        plan = _solve(snap, long_limit, workers)
         entry = {"vector": list(plan.after.vector), "proven": plan.optimal, "limit": long_limit}
         cache[key] = entry
     candidates = [r.vector for r in runs]

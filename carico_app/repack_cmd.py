@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
-from repack.cpsat.model import FORMULATIONS
-from repack.driver.solver import SolveOptions, solve
-from repack.problem.plan import Plan, to_dict
-from repack.problem.snapshot import SnapshotError, parse_list
-from scheduler_ext.repack.live import merge_lists, only_pending_of
+from repack.cpsat import FORMULATIONS
+
+if TYPE_CHECKING:
+    from repack.problem.plan import Plan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,11 +95,12 @@ def render_table(plan: Plan, out: TextIO) -> None:
         file=out,
     )
     if plan.phases:
-        print("\ntier  phase    status      value  bound  seconds", file=out)
+        print("\ntier  phase    status      value  bound  seconds  steps", file=out)
         for ph in plan.phases:
+            steps = "(no solve needed)" if ph.skipped else " ".join(s.name for s in ph.steps)
             print(
                 f"{ph.tier:>4}  {ph.phase:<7}  {ph.status:<10}  {ph.value:>5}  {ph.bound:>5}"
-                f"  {ph.seconds:>7.3f}{'  (no solve needed)' if ph.skipped else ''}",
+                f"  {ph.seconds:>7.3f}  {steps}",
                 file=out,
             )
 
@@ -108,7 +108,9 @@ def render_table(plan: Plan, out: TextIO) -> None:
 def _list_cluster(kubeconfig: str, context: str | None) -> dict[str, Any]:
     from kubernetes import config
 
+    from repack.problem.snapshot import SnapshotError
     from scheduler_ext.kube import fetch_cluster_lists
+    from scheduler_ext.repack.live import merge_lists
 
     try:
         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
@@ -127,6 +129,13 @@ def _list_cluster(kubeconfig: str, context: str | None) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not at the top: ``carico repack --help`` must not load OR-Tools, numba and
+    # the solver's compiled loops (seconds).
+    from repack.driver.solver import SolveOptions, solve
+    from repack.problem.plan import to_dict
+    from repack.problem.snapshot import SnapshotError, parse_list
+    from scheduler_ext.repack.live import only_pending_of
+
     if args.context and not args.kubeconfig:
         print("carico repack: --context needs --kubeconfig", file=sys.stderr)
         return 2

@@ -177,7 +177,9 @@ def node_fit(
     hard = [i for i, name in enumerate(node.feature_names) if name in INCOMPRESSIBLE]
     hard = [i for i in hard if need[i] > _EPS]
     if hard:
-        count = min(count, math.floor(min(free[i] / need[i] for i in hard)))
+        # a thousandth of a pod of slack: footprints are estimates, and an exact fit computed in
+        # floating point must not round down to one pod less
+        count = min(count, math.floor(min(free[i] / need[i] for i in hard) + 1e-3))
     count = max(count, 0)
     if count < 1 and not (unknown_units or reserved or any(node.pods.values())):
         # An idle node takes one pod of any size while at least half its full level is free on

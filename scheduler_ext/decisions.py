@@ -193,47 +193,34 @@ class Decider:
         """Per node: the pod's class must fit (docs/architecture.md#decisions); nodes without
         per-class data are decided on avail − reserved as before."""
         table = self.table
-        received, failing = table.received, table.failing
-        limit = now - table.thresholds.stale_after
+        failing = table.failing
         threshold = table.thresholds.threshold
-        fail_open = self.stale_policy is StaleData.FAIL_OPEN
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
         fits: dict[str, Fit] = {}
-        stale = missing = 0
-        for name in names:
-            at = received.get(name)
-            if at is None or at <= limit:
-                if at is None:
-                    missing += 1
-                else:
-                    stale += 1
-                if fail_open:
-                    passed.append(name)
-                else:
-                    unresolvable[name] = self._stale_reason(name, now)
-                continue
+
+        def reason(name: str) -> str | None:
             fit = table.fit(name, pod.workload_class, pod.requests, now)
             if fit is None:
-                reason = failing.get(name)
-            elif fit.count >= threshold:
-                reason = None
-            else:
-                report = table.report(name)
-                feature_names = report.classes.feature_names if report and report.classes else ()
-                reason = fit.reason(feature_names, threshold)
-            if fit is not None:
-                fits[name] = fit
-            if reason is None:
-                passed.append(name)
-            else:
-                failed[name] = reason
-        return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing, fits=fits)
+                return failing.get(name)
+            fits[name] = fit
+            if fit.count >= threshold:
+                return None
+            report = table.report(name)
+            return fit.reason(
+                report.classes.feature_names if report and report.classes else (), threshold
+            )
 
-    def _filter_small(self, names: list[str], now: float) -> FilterDecision:
+        decision = self._filter_small(names, now, reason)
+        decision.fits = fits
+        return decision
+
+    def _filter_small(
+        self, names: list[str], now: float, reason: Callable[[str], str | None] | None = None
+    ) -> FilterDecision:
+        """One node at a time: the stale-data policy for stale or missing data, else ``reason``
+        (the node's precomputed verdict by default) says why a fresh node fails, or None."""
         table = self.table
-        received, failing = table.received, table.failing
+        received = table.received
+        why = reason if reason is not None else table.failing.get
         limit = now - table.thresholds.stale_after
         fail_open = self.stale_policy is StaleData.FAIL_OPEN
         passed: list[str] = []
@@ -252,11 +239,11 @@ class Decider:
                 else:
                     unresolvable[name] = self._stale_reason(name, now)
                 continue
-            reason = failing.get(name)
-            if reason is None:
+            fails = why(name)
+            if fails is None:
                 passed.append(name)
             else:
-                failed[name] = reason
+                failed[name] = fails
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
 
     def _filter_vector(self, candidates: list[str] | Candidates, now: float) -> FilterDecision:

@@ -43,7 +43,12 @@ import numpy as np
 
 from agent.pipeline import AgentPipeline, GlobalView, PipelineConfig
 from agent.telemetry import DEFAULT_FEATURES, PodUsage, Sample, cpu_feature
-from agent.wire import factor_from_wire, local_model_message, node_capacity_message
+from agent.wire import (
+    factor_from_wire,
+    fleet_from_wire,
+    local_model_message,
+    node_capacity_message,
+)
 from aggregator.store import ModelStore
 from aggregator.validate import validate_local_model
 from aggregator.wire import global_message
@@ -357,13 +362,16 @@ class CaricoScheduler(KubeScheduler):
                 local,
                 agent.source.feature_names,
                 est.per_pod_cost if est.cost_learned else None,
+                agent.pipeline.classes.learner.all_learned(),
             )
             entry, names = validate_local_model(message, self.store.feature_names, now)
             self.store.offer(entry, names)
         view = self.store.compute(now) if len(self.store) else None
         self.global_version += 1
         reply = global_message(view, self.global_version, "sim-aggregator", now)
+        fleet = fleet_from_wire(reply.priors)
         for agent in self.agents:
+            agent.pipeline.set_fleet_classes(fleet)
             if reply.priors.has_per_pod_cost:
                 agent.pipeline.set_fleet_prior(reply.priors.median_per_pod_cost)
             if reply.has_model:

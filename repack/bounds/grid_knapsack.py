@@ -2,7 +2,7 @@
 
 Pricing a column of a pattern LP is a bounded multi-dimensional knapsack: pod counts per class,
 worth the class duals, within a node's free capacity. Where the patterns are too many to list
-(eight pods per node, or many classes on 32 nodes) the exact branch and bound of ``bounds``
+(eight pods per node, or many classes on 32 nodes) the exact branch and bound of ``pricing``
 needs tenths of a second per call (measured: it reached its node limit on every call of a
 16-node, 8-pods-per-node place phase), so the column generation never converged within a
 phase. Here each binding resource's free capacity is cut into ``buckets`` equal steps and a

@@ -5,7 +5,7 @@ the class's pods, every resource within the group's free capacity); it is *maxim
 of any class with pods left over fits beside it. On a group of interchangeable nodes the place
 phase is a max-cardinality vector bin packing: choose a pattern per node. Every pattern is
 contained in a maximal one and the pattern LP lets a pattern over-supply a class, so the maximal
-patterns are all the pattern LP of ``bounds`` ever needs. When they are few (about four pods per
+patterns are all the pattern LP of ``placement`` ever needs. When they are few (about four pods per
 node: hundreds to a few thousand on 8-16 nodes) they are enumerated once, and pricing a column
 becomes one matrix-vector product over them, exact and far cheaper than a knapsack search per
 group and round; past a cap (eight pods per node explodes) the caller keeps the knapsack pricing.
@@ -14,8 +14,8 @@ The enumeration grows the multisets one pod at a time, level by level: a state i
 whose classes are added in nondecreasing index order (so each multiset is met once), and a state
 no class can be added to is maximal. Hand-written because no library at hand enumerates maximal
 multi-dimensional knapsack fillings; each level is grown by a compiled loop (``_grow``, numba),
-which keeps it to milliseconds. Pure. Neighbours: ``bounds`` (the pattern LP that prices with
-these), ``solver``.
+which keeps it to milliseconds. Pure. See ``docs/architecture.md#repack-phases``. Neighbours:
+``placement`` and ``node_pricing`` (which price with these), ``driver.listing``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ from repack.search.compiled import compiled
 # most states (partial multisets) one level may hold; past it the group is not enumerated
 # (measured: 16 nodes x 4 pods per node needs about 30 000, 32 x 4 about 400 000)
 MAX_STATES = 200_000
+# states a listing may hold per second of the LP's time: set when listing ran at 400 000 a
+# second; compiled it runs at 4-5 million, and the cap keeps the listings and their pricing small
+STATES_PER_SECOND = 200_000
 # columns added to the master LP per group and pricing round (the best by reduced cost), at
-# least; ``bounds`` asks for more on large groups
+# least; set by hand (``placement`` asks for more on large groups, measured)
 TOP_COLUMNS = 8
 # entries of a listing up to which its single-precision copy is kept for the pricing products
 # (32 MB): a product over the int16 counts converts them first, three to four times the time

@@ -27,93 +27,36 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
-from ortools.linear_solver import linear_solver_pb2, pywraplp
-from ortools.sat.python import cp_model
+from ortools.linear_solver import pywraplp
 
-from repack.bounds import grid_knapsack
+from repack.bounds.columns import ColumnPool, solution_values
 from repack.bounds.patterns import (
     MAX_STATES,
+    STATES_PER_SECOND,
     TOP_COLUMNS,
     GroupPatterns,
     Listings,
-    binding,
     group_patterns,
 )
+from repack.bounds.pricing import greedy_patterns, price
+from repack.cpsat.choice import choose_group_patterns
 from repack.problem.classes import Assignment, GroupKey, Problem, node_groups_by_key
 
-PRICE_SCALE = 10_000
-# the mixes of two capacity rows the knapsack search bounds with, besides each row alone
-MIXES = (0.25, 0.5, 0.75)
+# the exact pricing (and with it the Farley bound) runs at least every this many rounds while
+# cheap greedy columns still improve the LP; set by hand with the branch-and-bound pricing
 EXACT_EVERY = 6
-# LP dives a packing search tries at most (the first two deterministic, the others randomised)
+# LP dives a packing search tries at most (the first two deterministic, the others randomised);
+# set by hand
 DIVES = 20
-# the first dive raises the fractional columns most of the way up a 1/DIVE_BATCH of them at a
-# time (at least two; a batch that leaves the LP unable to beat the floor is undone, and the
-# dive goes on one column at a time). Measured on n32-ppn4-u100-k1 replayed at three times its
-# 1 s budget: the dive reaches the bound 127 in 0.04-0.05 s and 7 rounds, against 0.23 s and 29
-# one column a round. Whole 1 s solves, seeds 0-19, best-known outcome reached: n32-ppn4-u100-k1
-# 16 against 3, n32-ppn8-u105-k4 20 against 11, n32-ppn4-u105-k2 19 against 20; a third or a
-# sixth at a time did worse (3 of 10 seeds on n32-ppn4-u100-k1, against 10 with a quarter)
+# the first dive raises a 1/DIVE_BATCH of the fractional columns at a time (a batch that goes too
+# far is undone); measured: 16 of 20 seeds reached the best-known outcome at 1 s, against 3
 DIVE_BATCH = 4
-# states a pattern enumeration may hold per second of the bound's time. Set when the listing ran
-# as numpy calls, about 400 000 states a second on a loaded 2-core machine; compiled it lists
-# 4-5 million a second (32 nodes, four pods per node), so the listing now takes a few percent of
-# the time. Kept: the cap also keeps the listings, and the LP's pricing over them, small
-STATES_PER_SECOND = 200_000
-# columns a listed group adds per pricing round, per node of the group (at least TOP_COLUMNS).
-# Measured at 1 s: on 32 nodes with four pods per node 24 columns instead of 8 let the LP
-# converge in fewer rounds and its dive pack the optimum within the place phase in 3 of 4 runs,
-# not 1; on 8 nodes 24 slowed a 4-tier instance's proof from 0.4 s to 0.7 s (3 s at 10 s)
+# columns a listed group adds per pricing round, per node (at least TOP_COLUMNS); measured on 8
+# and 32 nodes: 24 columns on 32 nodes converge in fewer rounds, and slow 8 nodes down
 COLUMNS_PER_NODE = 0.75
-
-
-# GLOP without scaling and presolve (``ColumnPool(plain=True)``): the counts and costs of the
-# per-node disruption LP are small integers, where these buy no accuracy but cost the warm start
-# from the previous basis (measured on 32 nodes with four pods per node: its column generation
-# converged in 10-11 solves, 800 simplex iterations and 0.05 s of GLOP, against 3 500
-# iterations and 0.24 s). Its bound is the Lagrangian one, valid for any duals. The place
-# phase's group LP keeps the defaults: without them its dives placed 1-2 pods fewer on 32 nodes
-# at 1 s (two runs of the 96 grid instances)
-GLOP_PARAMETERS = "use_scaling: false use_preprocessing: false"
-
-K = TypeVar("K")
-
-
-class ColumnPool(Generic[K]):
-    """The columns of a column-generation master LP (GLOP): each pattern (pod counts per class)
-    is added once per key (node group or node), and every pattern added is recorded in
-    ``columns`` for the price-and-branch that follows. Serves this module and
-    ``disruption_bound``; ``plain``: GLOP with GLOP_PARAMETERS."""
-
-    def __init__(self, columns: dict[K, list[dict[int, int]]] | None, plain: bool = False) -> None:
-        self.lp = pywraplp.Solver.CreateSolver("GLOP")
-        if plain and not self.lp.SetSolverSpecificParametersAsString(GLOP_PARAMETERS):
-            raise RuntimeError(f"GLOP refused its parameters: {GLOP_PARAMETERS}")
-        self.columns = columns
-        self.seen: set[tuple[K, tuple[tuple[int, int], ...]]] = set()
-
-    def new(self, key: K, pattern: dict[int, int], upper: float, empty: bool = False) -> Any:
-        """A fresh master variable for ``pattern`` at ``key`` (bounds 0..upper), or None when
-        it is already there (or empty and ``empty`` is not set)."""
-        counts = tuple(sorted((c, k) for c, k in pattern.items() if k))
-        if (key, counts) in self.seen or not (counts or empty):
-            return None
-        self.seen.add((key, counts))
-        if self.columns is not None:
-            self.columns.setdefault(key, []).append(dict(counts))
-        return self.lp.NumVar(0, upper, f"l{len(self.seen)}")
-
-
-def solution_values(lp: pywraplp.Solver) -> np.ndarray:
-    """Every variable's value in the LP just solved, by variable index, in one call (read one
-    by one through the wrapper, 3 000 columns took 2 ms, and a dive reads them at every step:
-    a fifth of a 32-node place phase's dive at 1 s)."""
-    response = linear_solver_pb2.MPSolutionResponse()
-    lp.FillSolutionResponseProto(response)
-    return np.asarray(response.variable_value)
 
 
 def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]] | None:
@@ -121,211 +64,6 @@ def _groups(problem: Problem, active: Sequence[int]) -> dict[GroupKey, list[int]
     are are not handled by the placement patterns)."""
     groups, others = node_groups_by_key(problem, active)
     return None if others else groups
-
-
-def knapsack(
-    values: Sequence[float],
-    weights: Sequence[Sequence[int]],
-    limits: Sequence[int],
-    cap: Sequence[int],
-    node_limit: int = 50_000,
-    partial: bool = False,
-    until: float = math.inf,
-    clock: Callable[[], float] = lambda: 0.0,
-) -> tuple[float, list[int], float] | None:
-    """Bounded multi-dimensional knapsack by depth-first branch and bound. Returns (best value,
-    counts, upper bound) or None when the node limit was hit or ``clock()`` passed ``until``
-    (the caller then falls back); with ``partial`` it then returns the best counts found and the
-    root's fractional upper bound.
-    Hand-written because the pricing problems are tiny and called many times; a CP-SAT model per
-    call costs more than the search itself."""
-    k = len(values)
-    dims = range(len(cap))
-    scale = [max(1, c) for c in cap]
-    size = [max(w[r] / scale[r] for r in dims) for w in weights]
-    order = sorted(range(k), key=lambda i: -values[i] / max(1e-12, size[i]))
-    v = [values[i] for i in order]
-    w = [weights[i] for i in order]
-    u = [limits[i] for i in order]
-    # surrogate directions: each resource alone and mixes of each pair (any non-negative mix
-    # of the capacity rows is a valid single row; where two resources bind alike, as cpu and
-    # memory do at full usage, the mixes bound far tighter: measured 10-100x fewer nodes on
-    # 8-32 nodes' pricing problems)
-    kept = binding(
-        np.asarray(weights, dtype=np.int64).reshape(k, len(cap)), np.asarray(scale), sum(limits)
-    )
-    directions = [[1.0 if r == s else 0.0 for r in dims] for s in kept]
-    for a in kept:
-        for b in kept:
-            if b <= a:
-                continue
-            for mix in MIXES:
-                directions.append([mix if r == a else 1 - mix if r == b else 0.0 for r in dims])
-    surrogate = [
-        [sum(d[r] * w[j][r] / scale[r] for r in dims if d[r]) for j in range(k)] for d in directions
-    ]
-    total = [0.0] * (k + 1)
-    for i in range(k - 1, -1, -1):
-        total[i] = total[i + 1] + v[i] * u[i]
-    # per direction and suffix: the items in order of value per unit of that row, for the
-    # fractional (Dantzig) bound of each single-row relaxation
-    by_ratio: list[list[list[int]]] = []
-    for sw in surrogate:
-        per_unit = [v[j] / sw[j] if sw[j] > 0 else math.inf for j in range(k)]
-        ranked = sorted(range(k), key=lambda j: -per_unit[j])
-        by_ratio.append([[j for j in ranked if j >= i] for i in range(k + 1)])
-
-    def bound(i: int, rem: Sequence[int]) -> float:
-        b = total[i]
-        for d, sw, ranked in zip(directions, surrogate, by_ratio, strict=True):
-            room = sum(d[r] * rem[r] / scale[r] for r in dims if d[r])
-            got = 0.0
-            for j in ranked[i]:
-                need = sw[j] * u[j]
-                if need <= room:
-                    room -= need
-                    got += v[j] * u[j]
-                else:
-                    got += v[j] * room / sw[j]
-                    break
-            b = min(b, got)
-        return b
-
-    best_value = 0.0
-    best: list[int] = [0] * k
-    counts = [0] * k
-    nodes = 0
-
-    def dfs(i: int, rem: list[int], acc: float) -> bool:
-        nonlocal best_value, best, nodes
-        nodes += 1
-        if nodes > node_limit or (nodes % 512 == 0 and clock() > until):
-            return False
-        if acc > best_value:
-            best_value, best = acc, list(counts)
-        if i == k or acc + bound(i, rem) <= best_value + 1e-12:
-            return True
-        most = u[i]
-        for r in dims:
-            if w[i][r] > 0:
-                most = min(most, rem[r] // w[i][r])
-        for n in range(most, -1, -1):
-            counts[i] = n
-            if not dfs(i + 1, [rem[r] - n * w[i][r] for r in dims], acc + n * v[i]):
-                return False
-        counts[i] = 0
-        return True
-
-    root = [max(0, c) for c in cap]
-    complete = dfs(0, root, 0.0)
-    if not complete and not partial:
-        return None
-    out = [0] * k
-    for pos, i in enumerate(order):
-        out[i] = best[pos]
-    return best_value, out, best_value if complete else max(best_value, bound(0, root))
-
-
-def _price(
-    problem: Problem,
-    members: Sequence[int],
-    cap: Sequence[int],
-    duals: dict[int, float],
-    seconds: float,
-    clock: Callable[[], float],
-    mu: float | None = None,
-    bound: bool = True,
-) -> tuple[dict[int, int] | None, float]:
-    """A pattern of high (with more than two binding resources: the best) value for the duals,
-    or None, and an upper bound on every pattern's value. ``mu``: the group's dual; when the
-    pattern found is worth more, the caller adds it and needs no bound (then it may be
-    infinite), nor does it with ``bound`` false (an LP dive's rounds)."""
-    until = clock() + seconds
-    most: dict[int, int] = {}  # the classes worth a slot, and the most pods of each that fit
-    for c in members:
-        req = problem.classes[c].requests
-        ub = min(
-            [problem.classes[c].total] + [max(0, cap[r]) // q for r, q in enumerate(req) if q > 0]
-        )
-        if ub > 0 and duals.get(c, 0.0) > 1e-12:
-            most[c] = ub
-    if not most:
-        return None, 0.0
-    useful = list(most)
-    args = (
-        [duals[c] for c in useful],
-        [problem.classes[c].requests for c in useful],
-        [most[c] for c in useful],
-        cap,
-    )
-    # two binding resources at most (cpu and memory): the grid pricing, milliseconds a call
-    gridded = grid_knapsack.pattern(*args)
-    grid_upper = math.inf
-    if gridded is not None:
-        value, counts = gridded
-        found = {c: n for c, n in zip(useful, counts, strict=True) if n}
-        if not bound or (mu is not None and value > mu + 1e-7):
-            return found, math.inf  # the bound (half the time) is not needed
-        relaxed = grid_knapsack.upper_bound(*args)
-        grid_upper = max(value, math.inf if relaxed is None else relaxed)
-        if mu is None or grid_upper <= mu + 1e-7:
-            return found, grid_upper  # no pattern of the group prices out
-    # the grid cannot tell whether a pattern prices out (or does not apply): the exact search
-    # (the column generation's convergence, and so the LP bound, rests on it)
-    quick = knapsack(*args, until=until, clock=clock)
-    if quick is not None:
-        value, counts, upper = quick
-        return {c: n for c, n in zip(useful, counts, strict=True) if n}, min(upper, grid_upper)
-    # the search hit its limit: CP-SAT, its model built only now (most calls never get here)
-    m = cp_model.CpModel()
-    a = {c: m.new_int_var(0, ub, f"a{c}") for c, ub in most.items()}
-    for r in range(len(problem.resources)):
-        terms = [
-            problem.classes[c].requests[r] * v
-            for c, v in a.items()
-            if problem.classes[c].requests[r]
-        ]
-        if terms:
-            m.add(sum(terms) <= max(0, cap[r]))
-    m.maximize(sum(math.ceil(duals[c] * PRICE_SCALE) * v for c, v in a.items()))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, until - clock())
-    solver.parameters.num_workers = 1
-    status = solver.solve(m)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        # no answer in time: every count at its maximum over-estimates the pattern's value
-        return None, min(grid_upper, sum(duals[c] * most[c] for c in a))
-    pattern = {c: int(solver.value(v)) for c, v in a.items() if solver.value(v)}
-    return pattern, min(grid_upper, solver.best_objective_bound / PRICE_SCALE)
-
-
-def _greedy_patterns(
-    problem: Problem, members: Sequence[int], cap: Sequence[int], duals: dict[int, float]
-) -> list[dict[int, int]]:
-    """Cheap knapsack solutions for the duals: fill by dual value per unit of each resource
-    share, and of the largest share."""
-    out = []
-    useful = [c for c in members if duals.get(c, 0.0) > 1e-12]
-    shares = {
-        c: [q / max(1, cap[r]) for r, q in enumerate(problem.classes[c].requests)] for c in useful
-    }
-    dims = [r for r in range(len(problem.resources)) if problem.resources[r] != "pods"]
-    orders: list[list[int]] = [sorted(useful, key=lambda c: -duals[c] / max(1e-9, max(shares[c])))]
-    for r in dims:
-        ratio = {c: duals[c] / max(1e-9, shares[c][r]) for c in useful}
-        orders.append(sorted(useful, key=lambda c: -ratio[c]))
-    for order in orders:
-        room = [max(0, v) for v in cap]
-        pattern: dict[int, int] = {}
-        for c in order:
-            req = problem.classes[c].requests
-            while pattern.get(c, 0) < problem.classes[c].total and all(
-                q <= room[r] for r, q in enumerate(req)
-            ):
-                pattern[c] = pattern.get(c, 0) + 1
-                room = [v - q for v, q in zip(room, req, strict=True)]
-        out.append(pattern)
-    return out
 
 
 def placement_bound(
@@ -436,7 +174,7 @@ def placement_bound(
             for key in groups:
                 if key in listed:
                     continue  # its exact pricing is cheap
-                for pat in _greedy_patterns(problem, elig[key], key[0], duals):
+                for pat in greedy_patterns(problem, elig[key], key[0], duals):
                     if sum(duals[c] * k for c, k in pat.items()) > mus[key] + 1e-7:
                         added |= add_column(key, pat)
             if added and rounds % EXACT_EVERY:
@@ -461,7 +199,7 @@ def placement_bound(
                 left = deadline - clock()
                 if left <= 0:
                     return None
-                pattern, upper = _price(
+                pattern, upper = price(
                     problem, elig[key], key[0], duals, min(left, 0.5), clock, mus[key], root
                 )
                 farley += len(members) * max(0.0, upper)
@@ -616,44 +354,12 @@ def pattern_solution(
     seconds: float,
     workers: int = 0,
 ) -> Assignment | None:
-    """Price-and-branch: the best integer choice of generated patterns (one per node), each
-    pattern then given to the node of its group where the most pods already run."""
+    """Price-and-branch: the best integer choice of generated patterns (one per node,
+    ``cpsat.choice``), each pattern then given to the node of its group where the most pods
+    already run."""
     active = problem.active(tier)
     groups = _groups(problem, active)
     if groups is None or not columns:
         return None
-    m = cp_model.CpModel()
-    use: dict[tuple[GroupKey, int], cp_model.IntVar] = {}
-    for key, members in groups.items():
-        pats = columns.get(key, [])
-        for i in range(len(pats)):
-            use[key, i] = m.new_int_var(0, len(members), f"u{len(use)}")
-        if pats:
-            m.add(sum(use[key, i] for i in range(len(pats))) <= len(members))
-    placed = {}
-    for c in active:
-        supply = [
-            count * use[key, i]
-            for key, pats in columns.items()
-            for i, pat in enumerate(pats)
-            if (count := pat.get(c, 0)) and (key, i) in use
-        ]
-        placed[c] = m.new_int_var(0, problem.classes[c].total, f"P{c}")
-        m.add(placed[c] <= sum(supply))
-    for q, value in placed_floors:
-        m.add(sum(placed[c] for c in active if problem.classes[c].priority >= q) >= value)
-    m.maximize(sum(placed[c] for c in active if problem.classes[c].priority >= tier))
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, seconds)
-    solver.parameters.num_workers = workers
-    if solver.solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None
-    chosen = {
-        key: [
-            dict(pat)
-            for i, pat in enumerate(columns.get(key, []))
-            for _ in range(int(solver.value(use[key, i])))
-        ]
-        for key in groups
-    }
-    return _assign(problem, groups, chosen, {c: int(solver.value(placed[c])) for c in active})
+    choice = choose_group_patterns(problem, tier, groups, placed_floors, columns, seconds, workers)
+    return None if choice is None else _assign(problem, groups, *choice)

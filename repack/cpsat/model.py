@@ -8,7 +8,8 @@ bound the placement objective) and, when the phase is symmetric, orders identica
 ``per-pod`` (the Priority Matters baseline): a boolean per pod and allowed node.
 
 Both expose the same expressions (placed and disruption for every tier at or above the phase's),
-take a class-count hint and return class counts, so the tier loop in ``solver`` drives either one.
+take a class-count hint and return class counts, so the phase driver (``driver.search``) drives
+either one.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from typing import Literal
 
 from ortools.sat.python import cp_model
 
+from repack.cpsat import FORMULATIONS
 from repack.problem.classes import EVICT_COST, MOVE_COST, Assignment, Problem
-
-FORMULATIONS = ("classes", "per-pod")
 
 
 class Model(cp_model.CpModel):

@@ -3,9 +3,10 @@
 Identical movable or pending pods (same requests, priority, eligible nodes and PDBs) form a
 *class*; a placement is an *assignment* ``x[c][n]`` = how many pods of class c sit on node n.
 Immovable bound pods are fixed load. This module also holds what is computed on assignments:
-feasibility, the lexicographic outcome vector, a greedy first-fit-decreasing completion, and the
-mapping from counts back to individual pods (running pods stay where they can, then move, and only
-then are pending pods placed, so a running pod is never displaced for an identical pending one).
+feasibility, a tier's placed pods and disruption (``tier_value``, the one definition every part
+uses), a greedy first-fit-decreasing completion, and the mapping from counts back to individual
+pods (running pods stay where they can, then move, and only then are pending pods placed, so a
+running pod is never displaced for an identical pending one).
 """
 
 from __future__ import annotations
@@ -264,6 +265,17 @@ def disruption(cls: PodClass, row: Sequence[int]) -> int:
     return cls.n_running - stays(cls, row) + evictions(cls, row)
 
 
+def leaving(problem: Problem, least: int, n: int, pattern: dict[int, int]) -> int:
+    """The pods running on node n at priority >= ``least`` that a node offering ``pattern``
+    (slots per class) cannot keep: those that leave it."""
+    classes = problem.classes
+    return sum(
+        max(0, classes[c].current[n] - pattern.get(c, 0))
+        for c in problem.running_here[n]
+        if classes[c].priority >= least
+    )
+
+
 def feasible(problem: Problem, x: Assignment, only: Sequence[int] | None = None) -> bool:
     """Does ``x`` respect every constraint? ``only``: the classes in play (others are ignored,
     as in a phase model of a higher tier)."""
@@ -297,16 +309,22 @@ def feasible(problem: Problem, x: Assignment, only: Sequence[int] | None = None)
     return all(v <= problem.pdb_budget.get(k, 0) for k, v in used.items())
 
 
-def outcome_vector(problem: Problem, x: Assignment) -> tuple[int, ...]:
-    """(placed ≥ p1, -disruption ≥ p1, placed ≥ p2, ...): larger is better, lexicographically."""
-    out: list[int] = []
-    for p in problem.tiers:
-        placed = sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p)
-        dis = sum(
-            disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= p
-        )
-        out += [placed, -dis]
-    return tuple(out)
+def placed_at(problem: Problem, x: Assignment, tier: int) -> int:
+    """The pods ``x`` places at priority >= ``tier``: what a place phase maximises."""
+    return sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier)
+
+
+def disruption_at(problem: Problem, x: Assignment, tier: int) -> int:
+    """The disruption of ``x`` at priority >= ``tier``: what a disrupt phase minimises."""
+    return sum(
+        disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier
+    )
+
+
+def tier_value(problem: Problem, x: Assignment, tier: int) -> tuple[int, int]:
+    """(placed >= tier, -disruption >= tier): the tier's entries of the lexicographic outcome
+    vector, larger is better (see ``docs/architecture.md#repack-problem``)."""
+    return placed_at(problem, x, tier), -disruption_at(problem, x, tier)
 
 
 def greedy_complete(problem: Problem, base: Assignment, fill: Sequence[int]) -> Assignment:

@@ -50,6 +50,26 @@ class Step:
     to_node: str | None = None
 
 
+# The steps a phase may take, in the names ``PhaseStep`` uses (see
+# ``docs/architecture.md#repack-phases``): the whole-model CP-SAT search, the swap search (single
+# moves of pods off overloaded nodes), its undoing of moves, large-neighbourhood search, the
+# pattern LP's bound, its dive (the LP's own packing), and price-and-branch from its columns.
+STEP_NAMES = ("cp-sat", "swap-search", "undo-moves", "lns", "pattern-lp", "dive", "pack")
+
+
+@dataclass(frozen=True)
+class PhaseStep:
+    """One step a phase took, in the order the steps started (a search run beside other steps
+    starts before them and ends with the phase), and what it achieved: the phase's value
+    (placed pods or disruption at priority >= tier) of the assignment it produced, and the
+    bound on that value it proved (None: none produced, or no bound proven)."""
+
+    name: str  # one of STEP_NAMES
+    value: int | None = None
+    bound: int | None = None
+    cores: int = 1  # cores it ran on (a search beside other work has all but one)
+
+
 @dataclass(frozen=True)
 class PhaseReport:
     tier: int  # the priority p of "priority >= p"
@@ -60,6 +80,7 @@ class PhaseReport:
     bound: int  # the solver's proven bound on that value
     skipped: bool = False  # proven without a solve (the hint already met the bound)
     lexicographic: bool = False  # place phase proven with disruption as its tie-break
+    steps: tuple[PhaseStep, ...] = ()  # what the phase did, in order
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils import parse_quantity
-
-from carico.pods import DAEMONSET, DEFAULT_EXCLUDED_NAMESPACES, is_mirror
+from carico.pods import DAEMONSET, DEFAULT_EXCLUDED_NAMESPACES, is_mirror, parse_quantity
 
 DO_NOT_MOVE_ANNOTATION = "carico.io/do-not-move"
 
@@ -41,7 +39,7 @@ def parse_resource_quantity(resource: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise SnapshotError(f"{resource}: quantity {value!r} is not a string or number")
     try:
-        # kubernetes.utils.parse_quantity understands every suffix (m, k, Ki, M, Mi, E, e notation).
+        # every suffix (m, k, Ki, M, Mi, E, e notation), as the agent and the extender read them
         amount: Decimal = parse_quantity(value)
     except (ValueError, InvalidOperation, TypeError) as exc:
         raise SnapshotError(f"{resource}: invalid quantity {value!r}") from exc

@@ -23,10 +23,10 @@ from numba import types
 from repack.problem.classes import (
     Assignment,
     Problem,
-    disruption,
     feasible,
     greedy_complete,
     loads,
+    tier_value,
 )
 from repack.search.compiled import compiled
 from repack.search.relabel import node_groups, relabel
@@ -39,7 +39,9 @@ i64 = types.int64
 FIXED = types.Tuple((I2, I2, B2, B1))
 
 
-def _sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
+def sizes(problem: Problem, active: Sequence[int]) -> dict[int, float]:
+    """Per class of ``active``, a pod's size: its requests as shares of the cluster's free
+    capacity, summed over the resources (the order "largest first" of the heuristics)."""
     caps = problem.capacity
     totals = [max(1, sum(max(0, cap[r]) for cap in caps)) for r in range(len(problem.resources))]
     return {
@@ -82,7 +84,7 @@ def make_room(
 ) -> Assignment:
     """Place unplaced pods of ``tier`` by moving at most two pods of the same tier each;
     stops trying new pods once ``clock()`` passes ``until``."""
-    size = _sizes(problem, active)
+    size = sizes(problem, active)
     nodes = len(problem.node_names)
     order = sorted(
         (c for c in active if problem.classes[c].priority == tier), key=lambda c: -size[c]
@@ -237,7 +239,7 @@ def pack_from_scratch(
 ) -> Assignment:
     """Every pod of classes at ``tier`` re-packed decreasing by size (higher tiers kept)."""
     st = _State(problem, base)
-    size = _sizes(problem, active)
+    size = sizes(problem, active)
     fill = [c for c in active if problem.classes[c].priority == tier]
     for c in fill:
         for n in range(len(problem.node_names)):
@@ -266,14 +268,6 @@ def pack_from_scratch(
         )
         st.shift(c, n, +1)
     return st.x
-
-
-def tier_value(problem: Problem, x: Assignment, tier: int) -> tuple[int, int]:
-    placed = sum(sum(x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier)
-    dis = sum(
-        disruption(cls, x[c]) for c, cls in enumerate(problem.classes) if cls.priority >= tier
-    )
-    return placed, -dis
 
 
 def best_start(
@@ -315,7 +309,7 @@ def repair(problem: Problem, x: Assignment, active: Sequence[int]) -> Assignment
     """The same number of pods per class as ``x``, but with running pods kept where they run
     whenever possible: keep, then place the rest first-fit-decreasing. None if that fails."""
     st = _State(problem, [[0] * len(problem.node_names) for _ in problem.classes])
-    size = _sizes(problem, active)
+    size = sizes(problem, active)
     want = {c: sum(x[c]) for c in active}
     # keep running pods, highest priority first, while they fit and the class needs them
     for c in sorted(active, key=lambda c: (-problem.classes[c].priority, -size[c])):

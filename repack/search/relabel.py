@@ -13,8 +13,8 @@ by OR-Tools' ``SimpleLinearSumAssignment``.
 With several tiers the fixed disruption of the higher tiers must hold, so two weightings are
 tried: the tier's own stays (lower tiers break ties), and the stays at priority >= q for every q,
 highest q first (lexicographic). A result is kept only when it disrupts no more at the tier and
-at no tier above than ``x`` does. Pure. Neighbours: ``classes`` (assignments), ``solver`` (which
-applies it to every solution it is about to compare), ``heuristics`` (the starts).
+at no tier above than ``x`` does. Pure. Neighbours: ``classes`` (assignments), the phase driver
+(which applies it to every solution it is about to compare), ``heuristics`` (the starts).
 """
 
 from __future__ import annotations

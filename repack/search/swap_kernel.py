@@ -40,9 +40,9 @@ FIXED = types.Tuple((I2, I2, I2, B2, B1, B1, I1, I1, F1))
 STATE = types.Tuple((I2, I2, I2, F2, I2, I1))
 
 # tabu tenure: a class that left a node may not return there for this many steps (plus a random
-# part up to the same again, so that cycles of the same length do not repeat)
+# part up to the same again, so that cycles of the same length do not repeat); set by hand
 TENURE = 7
-# a breakout adds this to the weight of each overloaded node resource
+# a breakout adds this to the weight of each overloaded node resource; set by hand
 BUMP = 1.0
 # a step's cost change at or above this is no improvement (float round-off)
 EPS = 1e-9

@@ -23,69 +23,52 @@ single moves instead, each step weighing every candidate; the steps run compiled
 Every time the state fits it is recorded and one more unplaced pod of the tier goes where it
 overloads least, so the search then works on fitting one pod more. After STALL_STEPS steps
 without a gain it starts again from its best state with fresh weights, up to RESTARTS times;
-it ends there, at the target or at the deadline. Measured on the grid's tight cells (8-32
-nodes, 8 pods per node, 100-105 % usage): 2-9 pods more than the greedy start within 5-80 ms,
-as many as the best-known outcomes (one more on one cell); see STALL_STEPS for how often a
-search reaches them from the greedy start.
+it ends there, at the target or at the deadline. On the benchmark grid's tight cells it places
+2-9 pods more than the greedy start within 5-80 ms (``docs/repack-tuning.md``).
 
 A disrupt phase's packing is improved by the same moves (``undo_moves``), as an iterated local
 search: a kick sends one to three moved pods back to the nodes they run on, the weighted search
 repairs the overload it causes with disruption weighing more, and a repair that fits with no
-more moves is kept; 1 000-10 000 rounds a second. Measured from the swap search's packings on
-8-32 nodes with 8 pods per node at 100-105 % usage, 0.3 s of it (eight seeds) took them from 21
-to 8-9 moves on 8 nodes, from 20 and 29 to 12-15 and 17-18 on 16, from 71 to 49-57 on 32 (the
-best-known outcomes: 8, 12, 17 and 42). Where no search runs beside it, it runs one chain a
-core (threads: the compiled rounds release the GIL), the others from other packings when given;
-a chain whose run is stuck starts a new run, from a fresh packing when given; the best run wins.
+more moves is kept; 1 000-10 000 rounds a second. Where no search runs beside it, it runs one
+chain a core (threads: the compiled rounds release the GIL), the others from other packings when
+given; a chain whose run is stuck starts a new run, from a fresh packing when given; the best
+run wins.
 
 Higher tiers' pods that stay where they run keep staying; their other pods may change nodes
 but never leave the cluster, so every value fixed for the higher tiers holds (as in ``lns``).
 Overloaded nodes, and pods on nodes where their class may only stay, are left alone. Every
 result passes ``classes.feasible``. Pure: the clock is a parameter. Hand-written because no
-library solves this max-cardinality vector packing with a warm start and move costs.
+library solves this max-cardinality vector packing with a warm start and move costs. See
+``docs/architecture.md#repack-phases``. Neighbours: ``swap_state``, ``swap_kernel``,
+``driver.improve`` (which calls it).
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from repack.problem.classes import Assignment, Problem, feasible, loads
+from repack.problem.classes import Assignment, Problem, feasible, tier_value
 from repack.search import swap_kernel as kernel
-from repack.search.heuristics import tier_value
+from repack.search.swap_state import SwapState
 
-# disruption's weight, in mean requests of overload (a tie-break only)
+# disruption's weight, in mean requests of overload: a tie-break only, set small by hand
 MU = 0.01
-# a try ends after this many steps without a better state that fits, and the search starts
-# again from its best state up to RESTARTS times. Measured from the greedy starts of 32-node
-# cells, 20 seeds each: with 150 steps 1 seed reached the best-known 123 pods at 4 pods per node
-# and 105 % usage, 4 reached 127 at 100 %, 19 reached 248 at 8 pods per node and 105 %; with
-# 1 000 steps 14, 11 and 20 (0.07-0.09 s a search at 4 pods per node, 0.36 s at 8, which the
-# phase's share cuts short); with 2 000, 19, 13 and 20
+# a try ends after this many steps without a better state that fits, and starts again from its
+# best state up to RESTARTS times; measured from 32-node greedy starts (150, 1 000, 2 000 steps)
 STALL_STEPS = 1000
 RESTARTS = 4
-# ``undo_moves``: disruption's weight (scaled), most pods sent back per round, and the steps a
-# repair may take. Measured for one second from the packings of 1 s solves, mean moves of five
-# seeds: on 16 nodes (27 moves before) 20.4 with these, 22.4 and 23.8 with weights 0.03 and
-# 0.08, 21.8 and 20.4 with 5 and 8 pods; on 32 nodes (62 before) 54.2, 57.0, 61.4, 56.0 and 57.0;
-# weights of 0.2 and more kept the 27; repairs of 50 steps left more moves than 100
+# ``undo_moves``: disruption's weight (scaled); measured with KICKS and REPAIR_STEPS
+# (``swap_state``) from 1 s solves' packings: 20.4 moves left on 16 nodes, 22.4-23.8 otherwise
 UNDO_MU = 0.05
-KICKS = 3
-REPAIR_STEPS = 100
 # the clock is read between calls of the compiled loops: this many steps of the search, this
 # many rounds of the undoing of moves (each well under a millisecond on 32 nodes)
 CHUNK_STEPS = 32
 CHUNK_ROUNDS = 2
 # a run of the undoing of moves that has gained nothing for this many rounds, and for
-# RESTART_FACTOR times the rounds it took to its last gain, is stuck: its chain starts a new one
-# (from a fresh packing when given). Measured in 1 s solves: a run on 8 nodes with 8 pods each
-# makes its last gain within 10-840 rounds (5 000-10 000 a second) and then stays there, at 9
-# moves from the solver's packing on n8-ppn8-u105-k1 with every seed, where runs from fresh
-# packings reach the best-known 8 with one seed in two; on 16 nodes gains still come after 3 000
-# rounds (the factor lets such runs go on)
+# RESTART_FACTOR times the rounds to its last gain, is stuck (measured in 1 s solves on 8-16 nodes)
 RESTART_ROUNDS = 500
 RESTART_FACTOR = 2
 
@@ -111,7 +94,7 @@ def search(
     # after a stall the search starts again from the best state, with fresh weights and its
     # own random draws, up to RESTARTS times
     for restart in range(RESTARTS + 1):
-        state = _State(problem, best, tier, seed + restart, MU, scaled=False)
+        state = SwapState(problem, best, tier, seed + restart, MU, scaled=False)
         steps = last = 0
         while steps - last < STALL_STEPS and clock() < until:
             if state.fits():
@@ -153,9 +136,8 @@ def undo_moves(
     fits and is no worse becomes the best (an equal one too: the search walks across plateaus).
     ``others``: packings for the chains after the first to start from, in order, where they
     place as many pods as ``x`` and agree with it outside the classes and nodes in play (a
-    chain whose start moves fewer pods, or leads elsewhere, finds other outcomes: from a packing
-    of the pods kept where they run, 18 moves on n32-ppn4-u95-k1 with each of four seeds, where
-    chains from the same packing ended at 18 once and 19 otherwise). A chain that stalls
+    chain whose start moves fewer pods, or leads elsewhere, finds other outcomes). A chain that
+    stalls
     (RESTART_ROUNDS) starts a new run with other draws, from ``fresh(seed)`` when that gives
     such a packing, else from its own start; the best run wins."""
     active = problem.active(tier)
@@ -163,8 +145,8 @@ def undo_moves(
         return x
     value = tier_value(problem, x, tier)
 
-    def state_of(y: Assignment, draws: int) -> _State:
-        return _State(problem, y, tier, draws, UNDO_MU, scaled=True)
+    def state_of(y: Assignment, draws: int) -> SwapState:
+        return SwapState(problem, y, tier, draws, UNDO_MU, scaled=True)
 
     first = state_of(x, seed)
     states = [first] + [first.chain(seed + k) for k in range(1, chains)]
@@ -197,7 +179,7 @@ def undo_moves(
     bests: list[np.ndarray] = [np.empty(0)] * chains
     costs = [0] * chains
 
-    def begin(k: int, state: _State, base: Assignment) -> None:
+    def begin(k: int, state: SwapState, base: Assignment) -> None:
         """Chain k's new run from ``state`` (made from ``base``)."""
         states[k], bases[k] = state, base
         bests[k] = state.counts.copy()
@@ -263,97 +245,3 @@ def undo_moves(
     ):
         return found
     return x
-
-
-class _State:
-    """The search's state for ``swap_kernel``: counts per (class, node) of the classes in play
-    on the nodes that are not overloaded, the nodes' loads and the breakout weights."""
-
-    def __init__(
-        self, problem: Problem, x: Assignment, tier: int, seed: int, mu: float, scaled: bool
-    ) -> None:
-        self.mu, self.scaled = mu, scaled
-        self.nodes = [n for n in range(len(problem.node_names)) if not problem.overloaded[n]]
-        self.classes = problem.active(tier)
-        cls = [problem.classes[c] for c in self.classes]
-        n_res = len(problem.resources)
-        shape = (len(cls), len(self.nodes))
-        self.demand = np.array([k.requests for k in cls], dtype=np.int64).reshape(-1, n_res)
-        counts = np.array([[x[c][n] for n in self.nodes] for c in self.classes], dtype=np.int64)
-        self.counts = counts.reshape(shape)
-        self.current = np.array(
-            [[k.current[n] for n in self.nodes] for k in cls], dtype=np.int64
-        ).reshape(shape)
-        self.eligible = np.array(
-            [[n in k.eligible for n in self.nodes] for k in cls], dtype=bool
-        ).reshape(shape)
-        self.own = np.array([k.priority == tier for k in cls], dtype=bool)
-        # pods on the nodes left alone count as placed; these are the rest
-        elsewhere = np.array([sum(x[c]) for c in self.classes], dtype=np.int64)
-        elsewhere = elsewhere - self.counts.sum(axis=1)
-        self.running = np.array([k.n_running for k in cls], dtype=np.int64) - elsewhere
-        self.total = np.array([k.total for k in cls], dtype=np.int64) - elsewhere
-        # a class with a disruption budget may not lose running pods to eviction here (the
-        # budget is checked at the end; trading such pods out would mostly be wasted)
-        self.may_leave = self.own & np.array([not k.pdbs for k in cls], dtype=bool)
-        # what is left of each node for the classes in play (lower tiers are not in play)
-        in_play = set(self.classes)
-        others = [[0] * len(row) if c in in_play else row for c, row in enumerate(x)]
-        fixed = np.array(loads(problem, others), dtype=np.int64).reshape(-1, n_res)
-        capacity = np.array([problem.capacity[n] for n in self.nodes], dtype=np.int64)
-        self.capacity = capacity.reshape(-1, n_res) - fixed[self.nodes]
-        # overload in typical requests: each resource's excess over its mean request
-        typical = np.maximum(1.0, self.demand.mean(axis=0)) if len(cls) else np.ones(n_res)
-        self.scale = 1.0 / typical
-        self.load = np.zeros((len(self.nodes), n_res), dtype=np.int64)
-        self.pinned = np.zeros(shape, dtype=np.int64)
-        self.weight = np.ones((len(self.nodes), n_res))
-        self.tabu = np.zeros(shape, dtype=np.int64)
-        self.meta = np.array([0, kernel.seed_state(seed)], dtype=np.int64)
-        # the arrays as the kernel takes them (``swap_kernel.FIXED`` and ``STATE``)
-        self.fixed = (
-            self.demand,
-            self.capacity,
-            self.current,
-            self.eligible,
-            self.own,
-            self.may_leave,
-            self.running,
-            self.total,
-            self.scale,
-        )
-        self.state = (self.counts, self.load, self.pinned, self.weight, self.tabu, self.meta)
-        kernel.reset(self.fixed, self.state)
-
-    def chain(self, seed: int) -> _State:
-        """Another chain from the same counts: the fixed arrays shared, the mutable ones copied,
-        its own random draws."""
-        other = copy.copy(self)
-        other.counts, other.load = self.counts.copy(), self.load.copy()
-        other.pinned, other.weight = self.pinned.copy(), self.weight.copy()
-        other.tabu, other.meta = self.tabu.copy(), self.meta.copy()
-        other.meta[kernel.RANDOM] = kernel.seed_state(seed)
-        other.state = (other.counts, other.load, other.pinned, other.weight, other.tabu, other.meta)
-        return other
-
-    def fits(self) -> bool:
-        return bool(kernel.fits(self.load, self.capacity))
-
-    def assignment(self, x: Assignment) -> Assignment:
-        out = np.array(x, dtype=np.int64).reshape(len(x), -1)
-        out[np.ix_(self.classes, self.nodes)] = self.counts
-        rows: Assignment = out.tolist()
-        return rows
-
-    def insert(self) -> bool:
-        return bool(kernel.insert(self.fixed, self.state, self.mu, self.scaled))
-
-    def advance(self, budget: int) -> tuple[int, int]:
-        outcome, taken = kernel.advance(self.fixed, self.state, self.mu, self.scaled, budget)
-        return int(outcome), int(taken)
-
-    def undo_rounds(self, best: np.ndarray, cost: int, target: int, rounds: int) -> tuple[int, int]:
-        done, cost = kernel.undo_rounds(
-            self.fixed, self.state, self.mu, best, cost, target, rounds, KICKS, REPAIR_STEPS
-        )
-        return int(done), int(cost)

@@ -29,7 +29,7 @@ baseline's p99. Target: 5,000 nodes at 1 Hz with p99 <= 3x baseline; the agents 
 so the stream rows are the ones that count.
 
     python tests/bench/bench_aggregator.py [--sizes 1000,5000] [--layouts 1,2] [--rounds 3]
-        [--rpc unary,stream]
+        [--rpc unary,stream] [--classes K]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from aggregator.service import AggregatorConfig, AggregatorService
 from aggregator.worker import WorkerConfig
 from carico.cliargs import EVENT_LOOPS, event_loop_factory
 from carico.model import SubspaceModel
-from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc
+from protos.carico.v1 import aggregator_pb2, aggregator_pb2_grpc, capacity_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT_LOOP = ["uvloop"]  # of every server process, both kinds alike (--event-loop)
@@ -489,14 +489,40 @@ def ensure_grpcload() -> Path:
     return GRPCLOAD_BIN
 
 
-def grpcload_data(fleet: int, path: Path) -> None:
+def _classes(fleet: int, per_node: int) -> list[list[capacity_pb2.ClassFootprint]]:
+    """``per_node`` learned classes for each node, drawn from 4x as many Deployments (at least
+    64), so that the reply carries up to that many fleet medians."""
+    rng = np.random.default_rng(fleet + 1)
+    pool = [f"team-{k % 13}/Deployment/service-{k:04d}" for k in range(max(64, 4 * per_node))]
+    return [
+        [
+            capacity_pb2.ClassFootprint(
+                workload_class=pool[k],
+                cpu_cores=float(rng.uniform(0.05, 4.0)),
+                memory_bytes=float(rng.uniform(5e7, 8e9)),
+                source="learned",
+                samples=int(rng.integers(1, 10_000)),
+                request_cpu_cores=0.25 * (1 + k % 8),
+                request_memory_bytes=2.0**28 * (1 + k % 16),
+            )
+            for k in rng.choice(len(pool), size=per_node, replace=False)
+        ]
+        for _ in range(fleet)
+    ]
+
+
+def grpcload_data(fleet: int, path: Path, classes: int = 0) -> None:
     """One LocalModel per node without sequence and timestamp (grpcload appends those per call,
-    so every report is newer than the node's last), each prefixed by its length."""
+    so every report is newer than the node's last), each prefixed by its length; with
+    ``classes``, each carries that many learned classes (the same in every report)."""
     nodes = [f"node-{i:05d}" for i in range(fleet)]
     factors = _factors(nodes, seed=fleet)
+    learned = _classes(fleet, classes) if classes else [[] for _ in nodes]
     with path.open("wb") as out:
-        for node in nodes:
-            raw = aggregator_pb2.LocalModel(node=node, weight=1, model=factors[node])
+        for node, mine in zip(nodes, learned, strict=True):
+            raw = aggregator_pb2.LocalModel(
+                node=node, weight=1, model=factors[node], class_footprints=mine
+            )
             data = raw.SerializeToString()
             out.write(struct.pack("<I", len(data)) + data)
 
@@ -857,6 +883,13 @@ def main() -> int:
         help="event loop of every server process, baseline and aggregator alike",
     )
     parser.add_argument(
+        "--classes",
+        type=int,
+        default=0,
+        help="learned classes in every node's model (--load grpcload only; the same in every "
+        "report, so the per-class summary is built once: this measures carrying the classes)",
+    )
+    parser.add_argument(
         "--profile", metavar="PREFIX", help="write cProfile stats of each aggregator server run"
     )
     args = parser.parse_args()
@@ -866,6 +899,8 @@ def main() -> int:
     rpcs = args.rpc.split(",")
     if not set(rpcs) <= set(METHODS):
         parser.error(f"--rpc: choose from {', '.join(METHODS)}")
+    if args.classes and args.load != "grpcload":
+        parser.error("--classes needs --load grpcload")
     if "stream" in rpcs and args.load != "grpcload":
         parser.error("--rpc stream needs --load grpcload")
     load = os.getloadavg()
@@ -879,7 +914,7 @@ def main() -> int:
         driver = f"{args.clients} Python client processes"
     print(
         f"aggregator exchanges at 1 Hz per node ({' and '.join(rpcs)}), load from {driver}, "
-        f"servers on {args.event_loop}, "
+        f"servers on {args.event_loop}, {args.classes} learned classes per model, "
         f"{args.rounds} x {args.duration:g} s measured per server and size "
         f"(each after {args.warmup:g} s warm-up); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start"
@@ -899,7 +934,7 @@ def main() -> int:
             ghz_data(fleet, data)
         elif args.load == "grpcload":
             data = data.with_suffix(".bin")
-            grpcload_data(fleet, data)
+            grpcload_data(fleet, data, args.classes)
         for workers in layouts:
             for rpc in rpcs:
                 worst[rpc, workers] = max(

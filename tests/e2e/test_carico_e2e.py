@@ -8,13 +8,13 @@ which sample a fake procfs and read a fake cgroup tree written from the pods the
 The extender decides per workload class (docs/architecture.md#decisions): a node passes when at
 least one pod of the incoming pod's class fits its headroom after its reservations, a pod counting
 when more than half of it fits (so a node with room for R pods of a measured class admits
-round(R) of them), and a class that no running pod measures is probed one pod per node at a time.
+round(R) of them), and a class nobody has measured is probed two pods per node at a time.
 A test shapes a node's room with background memory load that is not a pod
 (``FakeProcfs.leave_room``, ``FakeProcfs.fill``); the agents' pipeline turns that into headroom,
 and the tests read the room the extender holds before they act. Rooms are whole numbers of pods,
 half a pod from where the rounding turns. Where a test needs the class measured, an *anchor* pod of
-the same class runs on a node throughout (the agents report the classes of the pods running on
-their node, and the extender's fleet view is made of those). No test here uses the scripted
+the same class runs on a node throughout (the agents report the classes they learned, and the
+extender's fleet view is made of those). No test here uses the scripted
 CapacityFeed. Pods that must stay bound-but-Pending carry a long ``carico.io/sim-startup-seconds``,
 so reservations are held until the test releases them (and the agents, which count Running pods,
 do not see them). Every wait is a liveness bound, far above the expected time; no assertion is
@@ -233,9 +233,13 @@ def test_burst_respects_room_minus_reserved(
     pending = [p for p in _pods(core, namespace) if not p.spec.node_name]
     assert len(pending) == 4 and all(_unschedulable(p) for p in pending)
     assert _placement(core, namespace) == placement
-    # Each was refused for the room of its class: the reason names it and its measured cost.
-    explain = str(ext.get(f"/api/v1/explain?pod={namespace}/{pending[0].metadata.name}"))
-    assert BARE_CLASS in explain and "fleet" in explain, explain
+    # Each was refused for the room of its class: the reason names it and its measured cost
+    # (learned on the node, or the fleet's: never a prior).
+    explain = ext.get(f"/api/v1/explain?pod={namespace}/{pending[0].metadata.name}")
+    costs = explain["class"]["nodes"]
+    assert explain["class"]["class"] == BARE_CLASS, explain
+    assert {c["source"] for c in costs.values()} <= {"learned", "fleet"}, explain
+    assert all(BARE_CLASS in why for why in explain["filter"]["failed"].values()), explain
 
 
 def test_reservations_released_when_pods_run(

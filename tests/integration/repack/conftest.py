@@ -9,25 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from repack_builders import fragmentation_list
 
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.http_server import HttpServer, build_app, start_http
 from scheduler_ext.repack.service import PlanRunner, RepackService, RepackSettings
 from scheduler_ext.repack.trigger import Unscheduled
 from scheduler_ext.service import ExtenderService
-
-# The repacker's unit-test builders (kubectl-style objects) live beside its unit tests.
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "unit" / "repack"))
-from repack_builders import fragmentation_list
 
 SCHEDULER = "carico-scheduler"
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
 
+from repack.driver.solver import SolveOptions
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.repack.service import solver_process_pool
 from scheduler_ext.repack.trigger import Unscheduled
 
-from .conftest import GatedCluster, MakeRepacker, fragmented_cluster
+from .conftest import SETTINGS, GatedCluster, MakeRepacker, fragmented_cluster
 
 
 def metric(text: str, name: str, **labels: str) -> float | None:
@@ -74,14 +78,32 @@ async def test_plans_are_listed_newest_first_and_limited(make_repacker: MakeRepa
         assert status == 400 and "limit" in body["Error"]
 
 
+class RecordingPool(ThreadPoolExecutor):
+    """The service's solver executor, recording the options of every solve handed to it."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="solve")
+        self.options: list[SolveOptions] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.options += [a for a in args if isinstance(a, SolveOptions)]
+        return super().submit(fn, *args, **kwargs)
+
+
 async def test_the_time_limit_of_a_request_is_used(make_repacker: MakeRepacker) -> None:
     cluster = InMemoryCluster()
     cluster.set_objects(fragmented_cluster())
-    r = await make_repacker(cluster=cluster)
-    status, body = await r.post(b'{"time_limit": 2.5, "dry_run": true}')
-    assert status == 200 and body["status"] == "OPTIMAL"
-    # Every phase ran inside the budget it was given (the example proves in far less).
-    assert sum(p["seconds"] for p in body["plan"]["phases"]) <= 2.5
+    pool = RecordingPool()
+    try:
+        r = await make_repacker(cluster=cluster, executor=lambda: pool)
+        status, body = await r.post(b'{"time_limit": 2.5, "dry_run": true}')
+        assert status == 200 and body["status"] == "OPTIMAL"
+        # without one, the setting's limit (10 s here)
+        status, body = await r.post(b'{"dry_run": true}')
+        assert status == 200 and body["status"] == "OPTIMAL"
+    finally:
+        pool.shutdown(wait=True)
+    assert [o.time_limit for o in pool.options] == [2.5, SETTINGS.time_limit]
 
 
 async def test_bad_requests_are_refused_with_the_reason(make_repacker: MakeRepacker) -> None:

@@ -1,12 +1,12 @@
 """Helpers for the aggregator's unit tests: real factors built from random telemetry batches."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pytest
 
 from carico.model import SubspaceModel
-from protos.carico.v1 import aggregator_pb2
+from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 FEATURES = ("cpu", "memory")
 
@@ -22,6 +22,7 @@ def local_model(
     weight: int = 1,
     costs: tuple[float, ...] = (),
     features: tuple[str, ...] | None = None,
+    classes: Sequence[capacity_pb2.ClassFootprint] = (),
 ) -> aggregator_pb2.LocalModel:
     """The message an agent would send for the model of ``batch`` (d×b, values in [0,1])."""
     model = SubspaceModel.from_batch(batch)
@@ -38,9 +39,30 @@ def local_model(
         timestamp=timestamp,
         weight=weight,
         per_pod_costs=list(costs),
+        class_footprints=list(classes),
         model=aggregator_pb2.SubspaceFactor(
             d=d, r=r, u=u.ravel().tolist(), sigma=sigma.tolist(), feature_names=list(names)
         ),
+    )
+
+
+def learned(
+    name: str,
+    cpu: float,
+    memory: float,
+    request_cpu: float = 0.0,
+    request_memory: float = 0.0,
+    source: str = "learned",
+) -> capacity_pb2.ClassFootprint:
+    """A class footprint as an agent reports one it learned."""
+    return capacity_pb2.ClassFootprint(
+        workload_class=name,
+        cpu_cores=cpu,
+        memory_bytes=memory,
+        source=source,
+        samples=12,
+        request_cpu_cores=request_cpu,
+        request_memory_bytes=request_memory,
     )
 
 

@@ -19,15 +19,15 @@ from repack.problem.classes import (
     empty_assignment,
     feasible,
     greedy_complete,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate, instances
 from repack.problem.snapshot import parse_list
 from repack.search.heuristics import (
-    _sizes,
     best_start,
     make_room,
     pack_from_scratch,
-    tier_value,
+    sizes,
 )
 
 
@@ -98,10 +98,8 @@ def _make_room_reference(problem: Problem, x: Assignment, tier: int) -> Assignme
                         shift(d, n, 1)
         return False
 
-    sizes = _sizes(problem, problem.active(tier))
-    order = sorted(
-        (c for c in sizes if problem.classes[c].priority == tier), key=lambda c: -sizes[c]
-    )
+    size = sizes(problem, problem.active(tier))
+    order = sorted((c for c in size if problem.classes[c].priority == tier), key=lambda c: -size[c])
     for c in order:
         while sum(y[c]) < problem.classes[c].total and place(c):
             pass
@@ -200,7 +198,7 @@ def test_knapsack_matches_brute_force(seed: int) -> None:
     import itertools
     import random
 
-    from repack.bounds.placement import knapsack
+    from repack.bounds.pricing import knapsack
 
     rng = random.Random(seed)
     k = 4

@@ -8,24 +8,31 @@ the same answers, and are taken only when the time is short.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from ortools.sat.python import cp_model
 from repack_builders import fragmentation_list, kube_list, node_obj, pod_obj
 
-from repack.driver import solver
-from repack.driver.solver import SolveOptions
+from repack.cpsat.model import PhaseModels
+from repack.driver.context import SolveContext
+from repack.driver.dispatch import start_phase
+from repack.driver.options import SolveOptions, Tuning
+from repack.driver.phase import search_beside, searched
+from repack.driver.search import NOT_RUN, StopAbove, WholeSearch
 from repack.problem.classes import (
     build_problem,
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.eligibility import eligible
 from repack.problem.generator import Cell, instances
 from repack.problem.snapshot import parse_list
 from repack.search import heuristics
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 GPU_TAINT = {"key": "gpu", "value": "y", "effect": "NoSchedule"}
 TOLERATE_GPU = {"tolerations": [{"key": "gpu", "operator": "Equal", "value": "y"}]}
@@ -69,17 +76,28 @@ def test_each_class_is_eligible_exactly_where_each_of_its_pods_is() -> None:
     assert len(problem.classes) == len(kinds) == 8
 
 
-def test_a_search_whose_model_would_outlast_its_time_is_not_built() -> None:
+def test_a_search_whose_model_would_outlast_its_time_is_not_built(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     problem = build_problem(parse_list(fragmentation_list()))
-    phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
+    search = WholeSearch(problem, SolveOptions(time_limit=1), lambda: 0.0)
+    built: list[int] = []
+    build = PhaseModels.build
+
+    def counted(self: PhaseModels, tier: int, *args: Any) -> Any:
+        built.append(tier)
+        return build(self, tier, *args)
+
+    monkeypatch.setattr(PhaseModels, "build", counted)
     hint = current_assignment(problem)
-    status, found, _, _ = phases._cp(0, True, [], hint, 1e-7, None)
-    assert found is None and status == solver.cp_model.UNKNOWN
-    assert phases.models._base is None  # declined before building anything
+    declined = search.run(0, True, [], hint, 1e-7, None)
+    assert not declined.ran and declined.solution is None
+    assert declined.status == cp_model.UNKNOWN
+    assert built == []  # declined before building anything
     # with time for it, the same call builds the model and finds the one-move placement
-    status, found, _, _ = phases._cp(0, True, [], hint, 5.0, None)
-    assert phases.models._base is not None
-    assert found is not None and tier_value(problem, found, 0)[0] == 10
+    found = search.run(0, True, [], hint, 5.0, None)
+    assert found.ran and built == [0]
+    assert found.solution is not None and tier_value(problem, found.solution, 0)[0] == 10
 
 
 @pytest.mark.parametrize(("until", "want"), [(math.inf, [False, True]), (0.0, [])])
@@ -102,38 +120,33 @@ def test_starts_repack_from_scratch_only_while_time_is_left(
     assert calls == want
 
 
-def test_the_work_beside_a_declined_search_keeps_the_phase(monkeypatch: pytest.MonkeyPatch) -> None:
-    # a model too large to build in time: no search thread, and the LNS beside it must not end
-    # with a search that never ran (it ended the phase at once on 256 nodes, 2 of 10 s unused)
-    monkeypatch.setattr(solver, "SETUP_SECONDS_PER_VARIABLE", 1e6)
+def test_the_work_beside_a_declined_search_keeps_the_phase() -> None:
+    # a model too large to build in time: no search thread, and the work beside it keeps the
+    # solve's own clock (a clock that ended with a search that never ran ended the phase at once
+    # on 256 nodes, 2 of 10 s unused)
     ((_, snapshot),) = instances(Cell(32, 8, 100, 1), 1)
     problem = build_problem(snapshot)
     tier = problem.tiers[0]
     start, _ = best_start(problem, empty_assignment(problem), tier)
+    slow_build = replace(Tuning(), setup_seconds_per_variable=1e6)
+    options = SolveOptions(time_limit=10, workers=2, tuning=slow_build)
     now = [0.0]
-    phases = solver._Phases(problem, SolveOptions(time_limit=10, workers=2), lambda: now[0])
-    readings: list[float] = []
-
-    def improve(tier: int, x: Any, fixes: Any, share: float, deadline: float, *rest: Any) -> Any:
-        clock = rest[1] if len(rest) > 1 and rest[1] is not None else phases.clock
-        readings.append(clock())
-        now[0] = deadline  # the LNS spends what it was given
-        return x
-
-    monkeypatch.setattr(phases, "_improve", improve)
-    status, found, _, _, best, _ = phases._place_side_by_side(
-        tier, [], start, start, 10.0, 256, deadline=10.0
-    )
-    assert status == solver.cp_model.UNKNOWN and found is None and best == start
-    assert readings and all(math.isfinite(r) for r in readings)
+    ctx = SolveContext(problem, options, lambda: now[0], 10.0)
+    st = start_phase(ctx, tier, "place", [], start, start, 256)
+    beside = search_beside(ctx, st, start, 10.0, StopAbove(256))
+    assert beside.thread is None
+    now[0] = 4.0
+    assert beside.clock() == 4.0  # the solve's clock, not one that ended
+    assert searched(ctx, st, beside, lambda: False) == NOT_RUN
+    assert st.steps == []  # no search step: none ran
 
 
 def test_a_search_is_started_only_with_twice_the_time_to_build_its_model() -> None:
     # a search that spends its time building its model finds nothing and overruns the phase
     problem = build_problem(instances(Cell(32, 4, 100, 1), 1)[0][1])
     tier = problem.tiers[0]
-    phases = solver._Phases(problem, SolveOptions(time_limit=1, workers=2), lambda: 0.0)
-    build = solver.SETUP_SECONDS_PER_VARIABLE * phases.models.variables(tier)
+    search = WholeSearch(problem, SolveOptions(time_limit=1, workers=2), lambda: 0.0)
+    build = Tuning().setup_seconds_per_variable * search.models.variables(tier)
     assert build > 0.01  # 32 nodes: thousands of variables
-    assert phases._searchable(tier, 2 * build)
-    assert not phases._searchable(tier, 1.9 * build)
+    assert search.searchable(tier, 2 * build)
+    assert not search.searchable(tier, 1.9 * build)

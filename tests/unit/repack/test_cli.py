@@ -9,6 +9,7 @@ import pytest
 from repack_builders import fragmentation_list
 
 from carico_app.cli import main
+from repack.problem.plan import STEP_NAMES
 
 
 @pytest.fixture
@@ -49,6 +50,12 @@ def test_json_output_has_the_documented_fields(
         (0, "disrupt", "OPTIMAL"),
     ]
     assert all(isinstance(p["seconds"], float) for p in out["phases"])
+    # each phase lists the steps it took: none where its start was already optimal
+    for phase in out["phases"]:
+        assert bool(phase["steps"]) != phase["skipped"], phase
+        for step in phase["steps"]:
+            assert set(step) == {"name", "value", "bound", "cores"}
+            assert step["name"] in STEP_NAMES
 
 
 def test_table_output(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,6 +64,9 @@ def test_table_output(dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "status: OPTIMAL" in out
     assert "default/pending" in out and "(pending) -> node-a" in out
     assert "1 move(s), 1 placement(s), 0 eviction(s)" in out
+    # the phases with the steps each took
+    phases = out[out.index("tier  phase    status      value  bound  seconds  steps") :]
+    assert any(name in phases for name in STEP_NAMES)
 
 
 def test_stdin_and_per_pod(

@@ -15,9 +15,11 @@ import pytest
 from ortools.linear_solver import pywraplp
 from repack_builders import fragmentation_list
 
+from repack.bounds import columns, node_pricing
 from repack.bounds import disruption as dbound
-from repack.bounds import placement as bounds
-from repack.bounds.disruption import disruption_bound, disruption_solution, fill
+from repack.bounds.disruption import disruption_bound
+from repack.bounds.disruption_choice import disruption_solution, fill
+from repack.bounds.disruption_lp import DisruptionMaster
 from repack.bounds.patterns import Listings
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.classes import (
@@ -235,7 +237,7 @@ def test_a_bound_cut_short_by_time_is_still_below_the_minimum(
     # a clock that moves on at every reading ends the column generation after a few rounds: the
     # Lagrangian bound of whatever duals it reached must still hold
     if not listing:
-        monkeypatch.setattr(dbound, "MAX_STATES", 0)  # no listing: every node by knapsack
+        monkeypatch.setattr(node_pricing, "MAX_STATES", 0)  # no listing: every node by knapsack
     problem = build_problem(instances(Cell(2, 4, 105, 1), 3)[seed][1])
     tier = problem.tiers[-1]
     minimum = _brute_force(problem)
@@ -341,7 +343,7 @@ def test_the_choice_among_few_columns_finds_the_minimum_without_a_dive(
     def no_dive(*args: Any) -> tuple[None, int]:
         return None, int(args[7])  # (no assignment, the bound passed in)
 
-    monkeypatch.setattr(dbound, "_dives", no_dive)
+    monkeypatch.setattr(dbound, "dives", no_dive)
     improved = 0
     for _, snapshot in instances(cell, 3):
         problem = build_problem(snapshot)
@@ -364,7 +366,7 @@ def test_on_many_nodes_the_batched_first_dive_comes_before_the_choice(
     # both find and prove the least disruption
     monkeypatch.setattr(dbound, "DIVE_FIRST_MIN_NODES", 1 if dive_first else 10**6)
     calls: list[tuple[str, bool]] = []
-    real_dive, real_pick = dbound._Master.dive, dbound._reduced_cost_pick
+    real_dive, real_pick = DisruptionMaster.dive, dbound.reduced_cost_pick
 
     def dive(self: Any, *args: Any) -> Any:
         calls.append(("dive", bool(args[5]) if len(args) > 5 else False))
@@ -374,8 +376,8 @@ def test_on_many_nodes_the_batched_first_dive_comes_before_the_choice(
         calls.append(("pick", False))
         return real_pick(*args)
 
-    monkeypatch.setattr(dbound._Master, "dive", dive)
-    monkeypatch.setattr(dbound, "_reduced_cost_pick", pick)
+    monkeypatch.setattr(DisruptionMaster, "dive", dive)
+    monkeypatch.setattr(dbound, "reduced_cost_pick", pick)
     improved = 0
     for _, snapshot in instances(cell, 3):
         problem = build_problem(snapshot)
@@ -423,7 +425,7 @@ def test_listed_only_gives_up_without_listings(monkeypatch: pytest.MonkeyPatch) 
     args = (problem, tier, [(tier, floor)], [start], 10.0, time.monotonic)
     listed = disruption_bound(*args, listed_only=True)
     assert listed == disruption_bound(*args) > 0  # the instance needs moves: a real bound
-    monkeypatch.setattr(dbound, "MAX_STATES", 0)
+    monkeypatch.setattr(node_pricing, "MAX_STATES", 0)
     assert disruption_bound(*args, listed_only=True) == 0
     assert disruption_bound(*args) == listed  # the knapsack pricing is exact here too
 
@@ -528,7 +530,9 @@ def test_each_nodes_first_keeper_keeps_every_pod_it_runs(cell: Cell) -> None:
     problem = build_problem(instances(cell, 1)[0][1])
     tier = problem.tiers[-1]
     active = problem.active(tier)
-    listed = dbound._listings(problem, active, 10.0, math.inf, time.monotonic, False, Listings())
+    listed = node_pricing.listed_groups(
+        problem, active, 10.0, math.inf, time.monotonic, False, Listings()
+    )
     assert sum(len(group.members) for group in listed) == len(problem.node_names)
     for group in listed:
         for n in group.members:
@@ -566,8 +570,8 @@ def test_plain_glop_keeps_the_bound_in_fewer_simplex_iterations(
 
     monkeypatch.setattr(pywraplp.Solver, "Solve", counted)
     found = {}
-    for name, parameters in (("plain", bounds.GLOP_PARAMETERS), ("default", "")):
-        monkeypatch.setattr(bounds, "GLOP_PARAMETERS", parameters)
+    for name, parameters in (("plain", columns.GLOP_PARAMETERS), ("default", "")):
+        monkeypatch.setattr(columns, "GLOP_PARAMETERS", parameters)
         iterations.clear()
         bound = disruption_bound(problem, tier, floors, [start], 60.0, time.monotonic)
         found[name] = (bound, sum(iterations))
@@ -576,8 +580,8 @@ def test_plain_glop_keeps_the_bound_in_fewer_simplex_iterations(
 
 
 def test_parameters_glop_refuses_stop_the_lp(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bounds, "GLOP_PARAMETERS", "no_such_parameter: true")
+    monkeypatch.setattr(columns, "GLOP_PARAMETERS", "no_such_parameter: true")
     with pytest.raises(RuntimeError, match="refused"):
-        bounds.ColumnPool[int](None, plain=True)
+        columns.ColumnPool[int](None, plain=True)
     # the place phase's LP does not take them
-    assert bounds.ColumnPool[int](None).lp is not None
+    assert columns.ColumnPool[int](None).lp is not None

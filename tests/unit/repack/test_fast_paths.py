@@ -12,8 +12,8 @@ import pytest
 from ortools.sat.python import cp_model
 from repack_builders import kube_list, node_obj, pod_obj
 
-from repack.cpsat import lns
 from repack.cpsat.model import FORMULATIONS, Fix, PhaseModels, build_phase_model
+from repack.cpsat.refill import refill
 from repack.driver.solver import SolveOptions, solve
 from repack.problem import checker
 from repack.problem.classes import (
@@ -139,7 +139,7 @@ def test_a_refill_places_the_most_pods_whatever_the_noise() -> None:
     x = empty_assignment(problem)
     for seed in range(40):  # some seeds weigh the single pod's tie-break far above the others
         # a one-node refill this small is solved to optimality well inside the limit
-        found = lns._refill(problem, x, own, [], [0], 5.0, False, random.Random(seed))
+        found = refill(problem, x, own, [], [0], 5.0, False, random.Random(seed))
         assert found is not None and feasible(problem, found)
         assert sum(found[c][0] for c in own) == 2, seed
 

@@ -10,7 +10,13 @@ import pytest
 from repack_builders import MB, simple_snapshot
 
 from repack.cpsat.model import Fix
-from repack.driver import solver
+from repack.driver import lp
+from repack.driver.context import SolveContext
+from repack.driver.dispatch import start_phase
+from repack.driver.freeze import Freezes, Frozen
+from repack.driver.listing import PatternListings
+from repack.driver.lp import pattern_lp
+from repack.driver.options import Tuning
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.classes import (
     build_problem,
@@ -43,8 +49,7 @@ def test_freeze_above_takes_the_higher_tiers_running_pods_off_the_nodes() -> Non
         assert [a - b for a, b in zip(room, left, strict=True)] == held
     # the lower tier's current pods fit what the frozen pods leave, and adding the frozen pods
     # back gives the current placement of the whole problem
-    phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
-    mapping = solver._Frozen(problem, low, frozen)
+    mapping = Frozen(problem, low, frozen)
     lower = mapping.down(current_assignment(problem))
     assert lower is not None and feasible(frozen, lower)
     assert mapping.up(lower) == current_assignment(problem)
@@ -55,7 +60,7 @@ def test_freeze_above_takes_the_higher_tiers_running_pods_off_the_nodes() -> Non
     n = problem.classes[c].running_nodes[0]
     moved[c][n] -= 1
     assert mapping.down(moved) is None
-    assert phases._frozen(low, []) is None  # nothing settled: nothing frozen
+    assert Freezes(problem).of(low, []) is None  # nothing settled: nothing frozen
 
 
 def test_an_overloaded_node_is_never_frozen() -> None:
@@ -73,28 +78,21 @@ def test_an_overloaded_node_is_never_frozen() -> None:
     assert freeze_above(problem, 0) is None
 
 
-def test_a_place_phase_below_a_frozen_tier_dives_and_is_proven(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_place_phase_below_a_frozen_tier_dives_and_is_proven() -> None:
     # 16 identical nodes, two tiers: the upper tier has nothing to gain (every pod placed, no
     # move), so its disruption is settled at 0; the lower tier's place phase then dives on the
     # frozen problem and meets its bound (before, the pattern LP only bounded it there and the
     # phase ended unproven at 1 s, one pod short)
-    calls: list[tuple[int, bool]] = []
-    real = solver.placement_bound
-
-    def recorded(problem: Any, tier: int, *args: Any, **kwargs: Any) -> Any:
-        calls.append((tier, kwargs.get("packings") is not None))
-        return real(problem, tier, *args, **kwargs)
-
-    monkeypatch.setattr(solver, "placement_bound", recorded)
     snapshot = instances(Cell(16, 4, 95, 2), 1)[0][1]
     # proven in about 0.2 s; the limit only guards a loaded machine
     plan = solve(snapshot, SolveOptions(time_limit=30, workers=2))
     low = min(c.priority for c in build_problem(snapshot).classes)
     place = [p for p in plan.phases if p.tier == low and p.phase == "place"]
     assert place and place[0].status == "OPTIMAL" and place[0].value == place[0].bound
-    assert (low, True) in calls  # the lower tier's pattern LP was asked to dive
+    # the lower tier's pattern LP dived, and its packing met the bound
+    names = [s.name for s in place[0].steps]
+    assert names[:2] == ["pattern-lp", "dive"], names
+    assert place[0].steps[1].value == place[0].bound
     upper = [p for p in plan.phases if p.tier > low and p.phase == "disrupt"]
     assert upper and all(p.value == 0 for p in upper)
     assert plan.status == "OPTIMAL"
@@ -106,8 +104,8 @@ def test_a_short_disrupt_phase_below_frozen_tiers_gets_its_bound_when_the_patter
     def quick(cell: Cell, value: int) -> bool:
         problem = build_problem(instances(cell, 1)[0][1])
         top, low = problem.tiers[0], problem.tiers[-1]
-        phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
-        return phases._quick_bound(low, [Fix("disruption", top, "==", value)], 0.9)
+        listings = PatternListings(problem, Freezes(problem), Tuning(), lambda: 0.0)
+        return listings.quick_disrupt_bound(low, [Fix("disruption", top, "==", value)], 0.9)
 
     assert quick(Cell(32, 4, 90, 2), 0)
     assert not quick(Cell(32, 4, 90, 2), 1)  # the upper tier may move a pod: nothing frozen
@@ -122,15 +120,15 @@ def test_a_short_disrupt_phase_of_the_top_tier_gets_its_bound_when_its_place_pha
     problem = build_problem(instances(Cell(32, 4, 100, 1), 1)[0][1])
     tier = problem.tiers[0]
     placed = [Fix("placed", tier, "==", 127)]
-    enough = solver.QUICK_TOP_SECONDS * len(problem.node_names)
+    enough = Tuning().quick_top_seconds * len(problem.node_names)
 
     def quick(place: str, seconds: float, fixes: list[Fix]) -> bool:
-        phases = solver._Phases(problem, SolveOptions(time_limit=1), lambda: 0.0)
+        listings = PatternListings(problem, Freezes(problem), Tuning(), lambda: 0.0)
         if place == "listed":  # as a 1 s solve's place phase does
-            assert phases._listed(tier, [], 1.0)
+            assert listings.place_listed(tier, [], 1.0)
         elif place == "unlisted":
-            phases._unlisted[tier] = True
-        return phases._quick_bound(tier, fixes, seconds)
+            listings.unlisted[tier] = True
+        return listings.quick_disrupt_bound(tier, fixes, seconds)
 
     assert quick("listed", enough, placed)
     assert not quick("listed", 0.9 * enough, placed)  # too short: the undoing of moves gets it
@@ -160,15 +158,20 @@ def test_a_price_and_branch_packing_is_not_built_without_the_time_to_build_it(
     def packing(*args: Any, **kwargs: Any) -> None:
         built.append(args[4])  # its seconds
 
-    monkeypatch.setattr(solver, "disruption_bound", bound)
-    monkeypatch.setattr(solver, "disruption_solution", packing)
+    monkeypatch.setattr(lp, "disruption_bound", bound)
+    monkeypatch.setattr(lp, "disruption_solution", packing)
     fixes = [Fix("placed", tier, "==", sum(sum(row) for row in x))]
-    phases = solver._Phases(problem, SolveOptions(time_limit=10), lambda: 0.0)
-    need = solver.PACK_SECONDS_PER_COLUMN * generated / solver.PACK_SHARE  # of the time left
+    tuning = Tuning()
+    # of the time left
+    need = tuning.pack_seconds_per_column * generated / tuning.pack_share
     for deadline, tried in ((1.01 * need, True), (0.99 * need, False)):
         built.clear()
-        assert phases._patterns(tier, False, fixes, [x], 10.0, 5, deadline) == (1, None)
+        ctx = SolveContext(problem, SolveOptions(time_limit=10), lambda: 0.0, deadline)
+        st = start_phase(ctx, tier, "disrupt", fixes, x, x, 0)
+        st.deadline = deadline  # the phase ends with the solve
+        assert pattern_lp(ctx, st, [x], 10.0, 5) == (1, None)
         assert bool(built) == tried
+        assert ("pack" in [s.name for s in st.steps]) == tried
 
 
 def test_the_disrupt_phase_below_frozen_tiers_bounds_the_frozen_problem(
@@ -177,13 +180,13 @@ def test_the_disrupt_phase_below_frozen_tiers_bounds_the_frozen_problem(
     # the upper tier settles with no disruption; the lower tier's disruption bound is then
     # computed without the upper tier's running pods, and proves the phase
     seen: list[bool] = []
-    real = solver.disruption_bound
+    real = lp.disruption_bound
 
     def recorded(problem: Any, tier: int, *args: Any, **kwargs: Any) -> Any:
         seen.append(all(not cls.n_running for cls in problem.classes if cls.priority > tier))
         return real(problem, tier, *args, **kwargs)
 
-    monkeypatch.setattr(solver, "disruption_bound", recorded)
+    monkeypatch.setattr(lp, "disruption_bound", recorded)
     snapshot = instances(Cell(32, 4, 90, 2), 1)[0][1]
     # proven in about 0.3 s; the limit only guards a loaded machine
     plan = solve(snapshot, SolveOptions(time_limit=30, workers=2))

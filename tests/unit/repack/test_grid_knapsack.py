@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from repack.bounds import grid_knapsack
-from repack.bounds.placement import _price, knapsack
+from repack.bounds.pricing import knapsack, price
 from repack.problem.classes import build_problem
 from repack.problem.generator import Cell, instances
 
@@ -118,5 +118,5 @@ def test_the_pricing_of_eight_pods_per_node_is_near_the_exact_optimum() -> None:
     assert 0.95 * exact[0] <= found[0] <= exact[0] + 1e-9
     assert upper >= exact[0] - 1e-9
     # and the pricing keeps the tighter of its bounds: never below the optimum either
-    pattern, bound = _price(problem, members, cap, duals, 5.0, time.monotonic, mu=None)
+    pattern, bound = price(problem, members, cap, duals, 5.0, time.monotonic, mu=None)
     assert pattern is not None and bound >= exact[0] - 1e-9

@@ -3,6 +3,8 @@ exact when the neighbourhood is the whole cluster."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_start, ticks
 
@@ -12,10 +14,11 @@ from repack.problem.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate
 from repack.problem.snapshot import parse_list
-from repack.search.heuristics import pack_from_scratch, tier_value
+from repack.search.heuristics import pack_from_scratch
 
 
 def test_places_the_article_pod_and_then_moves_only_one() -> None:
@@ -74,8 +77,8 @@ def test_linked_neighbourhoods_follow_a_cycle_of_moves() -> None:
         x[c][n] -= 1
         x[c][nodes[(i + 1) % 3]] += 1
     everything = list(range(len(problem.node_names)))
-    rng = lns.random.Random(0)
-    draws = [sorted(lns._neighbourhood(problem, x, own, everything, rng, True)) for _ in range(400)]
+    rng = random.Random(0)
+    draws = [sorted(lns.neighbourhood(problem, x, own, everything, rng, True)) for _ in range(400)]
     assert all(len(set(d)) == lns.NEIGHBOURHOOD for d in draws)
     # following the chain covers the cycle in LINKED_SHARE * CHAIN_SHARE = 35 % of the draws
     # (about 140 of 400); a random third node would hit it in under 3 % (0.7 / 14 x 0.5)

@@ -16,8 +16,9 @@ from repack_builders import simple_snapshot
 
 from repack.bounds import patterns
 from repack.bounds import placement as bounds
+from repack.bounds.columns import solution_values
 from repack.bounds.patterns import Listings, group_patterns, maximal_patterns
-from repack.bounds.placement import placement_bound, solution_values
+from repack.bounds.placement import placement_bound
 from repack.cpsat.model import Fix, build_phase_model
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.classes import (

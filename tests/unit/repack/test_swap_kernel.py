@@ -24,11 +24,12 @@ from repack.problem.generator import Cell, generate, instances
 from repack.search import swap_kernel as kernel
 from repack.search import swap_search
 from repack.search.heuristics import best_start
+from repack.search.swap_state import SwapState
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _tight_state(seed: int = 0) -> tuple[Problem, swap_search._State]:
+def _tight_state(seed: int = 0) -> tuple[Problem, SwapState]:
     """The state of a search on the first 16-node, 8-pods-per-node instance at 100 % usage,
     from its greedy start with three more pods inserted (so that nodes are overloaded)."""
     ((_, snapshot),) = instances(Cell(16, 8, 100, 1), 1)
@@ -36,14 +37,14 @@ def _tight_state(seed: int = 0) -> tuple[Problem, swap_search._State]:
     tier = problem.tiers[0]
     start, ok = best_start(problem, empty_assignment(problem), tier)
     assert ok
-    state = swap_search._State(problem, start, tier, seed, swap_search.MU, scaled=False)
+    state = SwapState(problem, start, tier, seed, swap_search.MU, scaled=False)
     for _ in range(3):
         assert state.insert()
     assert not state.fits()
     return problem, state
 
 
-def _assert_consistent(state: swap_search._State) -> None:
+def _assert_consistent(state: SwapState) -> None:
     assert (state.load == state.counts.T @ state.demand).all()
     assert (state.counts >= state.pinned).all()
     assert (state.counts >= 0).all()
@@ -77,7 +78,7 @@ def test_a_seed_alone_decides_the_steps() -> None:
 def test_cost_is_the_disruption_up_to_a_constant(seed: int) -> None:
     problem = build_problem(generate(Cell(8, 8, 100, 2), seed))
     low, x = lowest_tier_start(problem)
-    state = swap_search._State(problem, x, low, seed, swap_search.UNDO_MU, scaled=True)
+    state = SwapState(problem, x, low, seed, swap_search.UNDO_MU, scaled=True)
     active = problem.active(low)
 
     def offset() -> int:
@@ -100,7 +101,7 @@ def test_undo_rounds_never_raise_the_cost_nor_change_the_placed_counts(seed: int
     problem = build_problem(generate(Cell(8, 8, 100, 2), seed))
     low, x = lowest_tier_start(problem)
     packed = swap_search.search(problem, x, low, until=10**6, clock=ticks())
-    state = swap_search._State(problem, packed, low, seed, swap_search.UNDO_MU, scaled=True)
+    state = SwapState(problem, packed, low, seed, swap_search.UNDO_MU, scaled=True)
     best = state.counts.copy()
     own = state.own
 

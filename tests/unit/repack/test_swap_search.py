@@ -11,7 +11,8 @@ import pytest
 from repack_builders import assert_no_worse, fragmentation_list, lowest_tier_start, ticks
 
 from repack.cpsat.model import Fix
-from repack.driver import solver
+from repack.driver.context import SolveContext
+from repack.driver.improve import fresh_packings
 from repack.driver.solver import SolveOptions
 from repack.problem.classes import (
     Assignment,
@@ -20,11 +21,13 @@ from repack.problem.classes import (
     current_assignment,
     empty_assignment,
     feasible,
+    tier_value,
 )
 from repack.problem.generator import Cell, generate, instances
 from repack.problem.snapshot import parse_list
 from repack.search import swap_search
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
+from repack.search.relabel import node_groups
 
 
 def test_places_the_article_pod_with_one_move() -> None:
@@ -99,9 +102,9 @@ def _place_phase_packing() -> tuple[Problem, int, Assignment]:
 def test_undoing_moves_keeps_the_placed_count_with_fewer_moves() -> None:
     problem, tier, packed = _place_phase_packing()
     fixes = [Fix("placed", tier, "==", tier_value(problem, packed, tier)[0])]
-    phases = solver._Phases(problem, SolveOptions(time_limit=1), ticks())
+    ctx = SolveContext(problem, SolveOptions(time_limit=1), ticks(), 1.0)
     # the place phase's packing relabelled, as a disrupt phase starts from it (20 moves)
-    relabelled = phases.relabelled(packed, fixes, tier)
+    relabelled = ctx.relabelled(packed, fixes, tier)
     placed, moves = tier_value(problem, relabelled, tier)
     assert placed == 127
     # a clock reading per CHUNK_ROUNDS (2) rounds: at most 3 000 rounds
@@ -264,8 +267,7 @@ def test_a_packing_placing_fewer_pods_is_no_fresh_start() -> None:
 def test_a_fresh_packing_places_as_many_pods_and_meets_the_fixes() -> None:
     problem, tier, packed = _place_phase_packing()
     fixes = [Fix("placed", tier, "==", tier_value(problem, packed, tier)[0])]
-    phases = solver._Phases(problem, SolveOptions(time_limit=1), ticks())
-    packing = phases._fresh(tier, packed, fixes)
+    packing = fresh_packings(problem, node_groups(problem), tier, packed, fixes)
     packings = [packing(1_000, seed, ticks()) for seed in range(6)]
     for fresh in packings:
         assert fresh is not None

@@ -1,5 +1,5 @@
-"""Builders of small kubectl-style objects and snapshots for the repacker tests (imported by
-the tests of this folder; conftest.py puts the folder on sys.path)."""
+"""Builders of small kubectl-style objects and snapshots for the repacker's unit and integration
+tests (``tests/support`` is on the import path through pytest's ``pythonpath`` option)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from repack.problem.classes import (
     empty_assignment,
     feasible,
     stays,
+    tier_value,
 )
 from repack.problem.snapshot import Node, Pod, Snapshot
-from repack.search.heuristics import best_start, tier_value
+from repack.search.heuristics import best_start
 
 MB = 1_000_000
 
