@@ -131,8 +131,10 @@ class ClassCapacity:
         psi_available: bool,
     ) -> None:
         """Per-pod usage read at ``now``: a measurement per running pod, over the time since its
-        last reading (not since it started: what a container uses while it starts is not what
-        it uses running)."""
+        last reading taken while it was already running. Not since it started, nor from a
+        reading taken before the pod watch said Running: a pod's cgroup exists from its sandbox
+        on, and what it uses while its containers are created and start is not what it uses
+        running (on a real node a first interval spanning the start read a quarter of the pod)."""
         measured: list[PodMeasurement] = []
         for uid, reading in usage.items():
             pod = self.running.get(uid)
@@ -148,7 +150,7 @@ class ClassCapacity:
                     measured.append(
                         PodMeasurement(pod.name, demand, reading.memory_bytes, censored)
                     )
-        self._usage = {uid: (now, reading) for uid, reading in usage.items()}
+        self._usage = {uid: (now, r) for uid, r in usage.items() if uid in self.running}
         self.measurements += len(measured)
         self.learner.observe(now, measured)
 

@@ -36,6 +36,12 @@ class CpuWindow:
     util: float
     psi: float
     seconds: float
+    pods_cores: float = 0.0  # the cores the pods asked about used over the window
+
+    @property
+    def other_cores(self) -> float:
+        """The cores busy with anything but those pods (the machine's other work)."""
+        return self.util * cores() - self.pods_cores
 
     @property
     def feature(self) -> float:
@@ -43,16 +49,20 @@ class CpuWindow:
         return (self.util + self.psi) / 2
 
 
-def cpu_window(seconds: float) -> CpuWindow:
-    """Utilisation and CPU pressure (`some` stall fraction) over the next ``seconds``."""
+def cpu_window(seconds: float, pods: tuple[str, ...] = ()) -> CpuWindow:
+    """Utilisation and CPU pressure (`some` stall fraction) over the next ``seconds``, and the
+    cores the pods with uids ``pods`` used meanwhile (from their cgroups)."""
     busy0, total0 = _cpu_times()
     psi0, t0 = _psi_cpu_some_us(), time.monotonic()
+    pods0 = [pod_cpu_seconds(uid) for uid in pods]
     time.sleep(seconds)
     busy1, total1 = _cpu_times()
     psi1, t1 = _psi_cpu_some_us(), time.monotonic()
+    pods1 = [pod_cpu_seconds(uid) for uid in pods]
     util = (busy1 - busy0) / max(total1 - total0, 1)
     psi = min(max((psi1 - psi0) / ((t1 - t0) * 1e6), 0.0), 1.0)
-    return CpuWindow(util, psi, t1 - t0)
+    used = sum(b - a for a, b in zip(pods0, pods1, strict=True) if a is not None and b is not None)
+    return CpuWindow(util, psi, t1 - t0, used / (t1 - t0))
 
 
 def memory_total() -> int:

@@ -40,6 +40,20 @@ def test_demand_is_usage_scaled_by_contention_and_learned_per_class() -> None:
     assert learned.requests == BPI.requests
 
 
+def test_a_reading_taken_before_the_pod_ran_is_no_baseline() -> None:
+    """The pod's cgroup is read while its containers start (the watch has not said Running):
+    the first measurement spans only time the pod was running, so the start does not pull its
+    class's cost down."""
+    cc = node()
+    cc.measure(0.0, {"p": PodUsage(0.0, 1e6)}, 0.1, 0.0, True)  # sandbox only, starting
+    cc.set_running(1.0, {"p": BPI})
+    cc.measure(1.0, {"p": PodUsage(0.2, 60e6)}, 0.3, 0.0, True)  # started within that second
+    assert cc.learner.learned(BPI.name) is None  # that reading is the baseline, not a measure
+    cc.measure(2.0, {"p": PodUsage(1.2, 60e6)}, 0.3, 0.0, True)
+    learned = cc.learner.learned(BPI.name)
+    assert learned is not None and learned.footprint.cpu == pytest.approx(1.0)
+
+
 def test_a_saturated_node_gives_lower_bounds_that_do_not_pull_the_cost_down() -> None:
     cc = node()
     cc.set_running(0.0, {"a": ML, "b": ML})
