@@ -118,9 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=_shape_text,
         help="prioritize by this shape of each node's measured utilisation once the pod runs, "
         "as kube-scheduler's RequestedToCapacityRatio points: utilisation:score pairs, "
-        "comma-separated, utilisation 0..100 (%% of the node's full level) strictly increasing, "
-        "score 0..10; 0:0,100:10 packs, 0:10,100:0 spreads. Empty (the default): spread on the "
-        "room left, scaled so the roomiest node scores 10 (docs/architecture.md#score-shape)",
+        "comma-separated, utilisation 0..100 (percent of the node's full level) strictly "
+        "increasing, score 0..10; 0:0,100:10 packs, 0:10,100:0 spreads. Empty (the default): "
+        "spread on the room left, scaled so the roomiest node scores 10 "
+        "(docs/architecture.md#score-shape)",
     )
     add_env_argument(
         rules,
