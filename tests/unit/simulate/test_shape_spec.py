@@ -25,10 +25,10 @@ def test_a_bad_shape_option_is_refused(bad: str) -> None:
 def test_node_use_counts_from_submission_on() -> None:
     r = CaseResult(
         "s", "c", "carico", 1, 3.0, [], [1.0, 2.0, 3.0, 4.0],
-        [[5, 0, 0], [2, 1, 0], [0, 1, 0], [0, 0, 0]], [], [], 0, 0, 0, 4.0, 0.0, True,
+        [[5, 3, 4], [2, 1, 0], [0, 1, 0], [0, 0, 0]], [], [], 0, 0, 0, 4.0, 0.0, True,
         submitted_at=1.5,
     )  # fmt: skip
-    # the first second (before submission) does not count: node 0's 5 pods there are the lead
+    # the first second (before submission) does not count: the pods there ran in the lead
     use = node_use(r)
     assert use["never_used"] == 1  # node 2
     assert use["idle_mean"] == pytest.approx((1 + 2 + 3) / 3)
