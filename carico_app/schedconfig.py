@@ -11,6 +11,11 @@ called for the pods of every profile, so the extender itself passes through pods
 ``config/v1`` types and validation: ``weight`` must be positive when a prioritize verb is set and
 has no default, and at most one extender may bind.
 
+No ``NodeResourcesFit`` scoring strategy is configured: packing or spreading for Carico's pods is
+the extender's ``--score-shape`` (the points of ``RequestedToCapacityRatio``, applied to measured
+load: docs/architecture.md#score-shape), whose 0..10 score kube-scheduler multiplies by 10 and by
+the extender's ``weight`` and adds to its own plugins' scores on requests.
+
 Pure: no I/O. Neighbours: ``scheduler_ext`` serves the verbs named here.
 """
 

@@ -44,6 +44,7 @@ from scheduler_ext.repack.service import (
     RepackSource,
 )
 from scheduler_ext.service import ExtenderService, Settings
+from scheduler_ext.shape import DEFAULT_WEIGHTS, ScoreShape, parse_shape, parse_weights
 
 log = logging.getLogger("scheduler_ext")
 
@@ -109,6 +110,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=StaleData.FAIL_OPEN.value,
         choices=[p.value for p in StaleData],
         help="stale or missing data: fail-open passes the node with score 0, fail-closed fails it",
+    )
+    add_env_argument(
+        rules,
+        "--score-shape",
+        default="",
+        type=_shape_text,
+        help="prioritize by this shape of each node's measured utilisation once the pod runs, "
+        "as kube-scheduler's RequestedToCapacityRatio points: utilisation:score pairs, "
+        "comma-separated, utilisation 0..100 (percent of the node's full level) strictly "
+        "increasing, score 0..10; 0:0,100:10 packs, 0:10,100:0 spreads. Empty (the default): "
+        "spread on the room left, scaled so the roomiest node scores 10 "
+        "(docs/architecture.md#score-shape)",
+    )
+    add_env_argument(
+        rules,
+        "--score-weights",
+        default=",".join(f"{k}={v}" for k, v in DEFAULT_WEIGHTS.items()),
+        type=_weights_text,
+        help="per-feature weights 1..100 of --score-shape, feature=weight comma-separated; "
+        "features not named do not count",
     )
     add_env_argument(
         rules,
@@ -233,6 +254,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_logging_arguments(parser)
 
 
+def _shape_text(text: str) -> str:
+    """A --score-shape value, checked (the points are parsed again into the settings)."""
+    if text.strip():
+        try:
+            parse_shape(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _weights_text(text: str) -> str:
+    try:
+        parse_weights(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     namespaces = frozenset(n.strip() for n in args.excluded_namespaces.split(",") if n.strip())
     managed = frozenset(n.strip() for n in args.managed_schedulers.split(",") if n.strip())
@@ -246,6 +285,9 @@ def settings_from(args: argparse.Namespace) -> Settings:
         forget_after=args.forget_after,
         explain_pods=args.explain_pods,
         max_nodes=args.max_nodes,
+        score_shape=ScoreShape.parse(args.score_shape, args.score_weights)
+        if args.score_shape.strip()
+        else None,
     )
 
 

@@ -5,7 +5,8 @@ Design: docs/architecture.md#decisions.
 * filter: a node passes iff avail − reserved ≥ threshold; a failed node gets a reason such as
   ``carico: avail 0.4 - reserved 1 < 1``.
 * prioritize: score = round(10 · (avail − reserved) / best), clamped to 0..10, where best is the
-  largest avail − reserved among the fresh candidates.
+  largest avail − reserved among the fresh candidates; with a score shape (``shape``), the shape
+  of each node's measured utilisation once the pod runs instead.
 * preempt: a node stays a candidate only if avail − reserved plus one pod-unit per victim reaches
   the threshold; its victims are then passed back unchanged. A node with no victims is never
   passed back (kube-scheduler rejects that answer).
@@ -32,6 +33,7 @@ from scheduler_ext.capacity import CapacityTable, fmt
 from scheduler_ext.class_fit import Fit
 from scheduler_ext.ledger import StaleData
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
+from scheduler_ext.shape import ScoreShape, class_utilisation, pods_utilisation
 from scheduler_ext.wire import HostPriority, MetaVictims
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
@@ -60,6 +62,8 @@ class PrioritizeDecision:
     exempt: str | None = None
     stale: int = 0
     missing: int = 0
+    # With a score shape: each fresh node's utilisation per feature (%) once the pod runs.
+    utilisation: dict[str, dict[str, int]] | None = None
 
 
 @dataclass
@@ -113,10 +117,12 @@ class Decider:
         table: CapacityTable,
         exemptions: ExemptionPolicy,
         stale_policy: StaleData = StaleData.FAIL_OPEN,
+        shape: ScoreShape | None = None,
     ) -> None:
         self.table = table
         self.exemptions = exemptions
         self.stale_policy = stale_policy
+        self.shape = shape  # None: spreading on room (the default)
         self._candidates: OrderedDict[bytes, tuple[Candidates, int]] = OrderedDict()
         self.candidate_bytes = 0  # the cost of the lists remembered (``candidates_cost``)
 
@@ -283,6 +289,8 @@ class Decider:
             return PrioritizeDecision(list(map(HostPriority, names, repeat(0))), exempt=exempt)
         if not names:
             return PrioritizeDecision([])
+        if self.shape is not None:
+            return self._prioritize_shape(self.shape, names, now, pod)
         if self.table.class_nodes and pod.workload_class:
             return self._prioritize_small(names, now, pod)
         if len(names) <= SMALL_PRIORITIZE:
@@ -319,6 +327,46 @@ class Decider:
             scores = [int(f * scale + 0.5) if f > 0 else 0 for f in frees]
         return PrioritizeDecision(
             list(map(HostPriority, names, scores)), stale=stale, missing=missing
+        )
+
+    def _prioritize_shape(
+        self, shape: ScoreShape, names: list[str], now: float, pod: PodFacts
+    ) -> PrioritizeDecision:
+        """The score shape of each node's measured utilisation once the pod runs
+        (docs/architecture.md#score-shape): per feature from the pod's class fit where the node
+        reports per-class data, else in pods from avail; stale or missing nodes score 0."""
+        table = self.table
+        received = table.received
+        limit = now - table.thresholds.stale_after
+        per_class = bool(table.class_nodes and pod.workload_class)
+        utilisation: dict[str, dict[str, int]] = {}
+        scores: list[int] = []
+        stale = missing = 0
+        for name in names:
+            at = received.get(name)
+            report = table.report(name)
+            if at is None or report is None:
+                missing += 1
+                scores.append(0)
+                continue
+            if at <= limit:
+                stale += 1
+                scores.append(0)
+                continue
+            fit = table.fit(name, pod.workload_class, pod.requests, now) if per_class else None
+            if fit is not None and report.classes is not None:
+                used = class_utilisation(
+                    report.classes.feature_names, report.classes.full_level, fit.need, fit.free
+                )
+            else:
+                used = pods_utilisation(report.pods, report.avail, table.reserved(name))
+            utilisation[name] = used
+            scores.append(shape.node_score(used))
+        return PrioritizeDecision(
+            list(map(HostPriority, names, scores)),
+            stale=stale,
+            missing=missing,
+            utilisation=utilisation,
         )
 
     def _prioritize_vector(

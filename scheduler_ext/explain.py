@@ -90,6 +90,10 @@ class ExplainLog:
         c = entries.get("class")
         if c is not None:
             out["class"] = msgspec.json.decode(c.body)
+        s = entries.get("shape")
+        if s is not None:
+            # per node: utilisation per feature (%) once the pod runs, and the shape's score
+            out["shape"] = msgspec.json.decode(s.body)
         p = entries.get("prioritize")
         if p is not None:
             scores = msgspec.json.decode(p.body)

@@ -30,12 +30,13 @@ from scheduler_ext.capacity import (
     Thresholds,
 )
 from scheduler_ext.cluster import BindError, Cluster
-from scheduler_ext.decisions import Candidates, Decider, FilterDecision
+from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
 from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
+from scheduler_ext.shape import ScoreShape
 from scheduler_ext.slots import SlotKind, SlotTable
 from scheduler_ext.wire import Body
 
@@ -61,6 +62,8 @@ class Settings:
     explain_pods: int = 1024
     explain_bytes: int = 64 << 20
     max_nodes: int = DEFAULT_MAX_NODES
+    # Prioritize by this shape of measured utilisation (None: spread on room, the default).
+    score_shape: ScoreShape | None = None
 
 
 def _decode(decoder: Callable[[Body], object], body: Body, what: str = "") -> object:
@@ -108,6 +111,19 @@ def _class_summary(facts: PodFacts, d: FilterDecision) -> bytes:
             "requests": {"cpu_cores": facts.requests.cpu, "memory_bytes": facts.requests.memory},
             "nodes": nodes,
         }
+    )
+
+
+def _shape_summary(shape: ScoreShape, d: PrioritizeDecision) -> bytes:
+    """What /api/v1/explain shows of a shaped prioritize: per node its utilisation per feature
+    (%) once the pod runs and its shape score."""
+    scores = {h.Host: h.Score for h in d.scores}
+    nodes = {
+        name: {"utilisation": used, "score": scores[name]}
+        for name, used in (d.utilisation or {}).items()
+    }
+    return msgspec.json.encode(
+        {"shape": shape.text, "weights": dict(shape.weights), "nodes": nodes}
     )
 
 
@@ -160,7 +176,9 @@ class ExtenderService:
             exemptions=exemptions,
             stale_policy=settings.stale_policy,
         )
-        self.decider = Decider(self.table, exemptions, settings.stale_policy)
+        self.decider = Decider(
+            self.table, exemptions, settings.stale_policy, shape=settings.score_shape
+        )
         self.explain = ExplainLog(settings.explain_pods, settings.explain_bytes)
         self.metrics = ExtenderMetrics(self.table, self.ledger, clock)
         self.history = NodeHistory()
@@ -336,6 +354,9 @@ class ExtenderService:
         d = self.decider.prioritize(facts, cands, self.clock())
         reply = wire.encode(d.scores)
         self.explain.record(facts.key, "prioritize", self.wall(), reply, d.exempt)
+        shape = self.settings.score_shape
+        if shape is not None:
+            self.explain.record(facts.key, "shape", self.wall(), _shape_summary(shape, d), None)
         self.count_request("prioritize", "exempt" if d.exempt else "ok")
         if d.exempt is None:
             self._node_count["prioritize", "scored"].inc(len(names))

@@ -62,6 +62,7 @@ from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.decisions import Decider
 from scheduler_ext.ledger import Ledger, PodState
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
+from scheduler_ext.shape import ScoreShape
 
 NAMESPACE = "sim"
 USAGE_EVERY = 0.5  # seconds between reads of the pods' own usage (the agent's cgroup reader)
@@ -94,6 +95,8 @@ class CaricoSettings:
     # Agents running on the idle cluster before the jobs arrive (a deployed agent runs all the
     # time); one model half-life of the agent's default pipeline.
     lead_seconds: float = 30.0
+    # The extender's --score-shape (None: its default, spreading on room).
+    score_shape: ScoreShape | None = None
 
 
 def _run_now(coro: Coroutine[Any, Any, None]) -> None:
@@ -192,7 +195,7 @@ class CaricoExtender:
         self.weight = settings.weight
         self.table = CapacityTable(Thresholds(settings.threshold, settings.stale_after))
         exemptions = ExemptionPolicy()
-        self.decider = Decider(self.table, exemptions)
+        self.decider = Decider(self.table, exemptions, shape=settings.score_shape)
         self.ledger = Ledger(self.table, ttl=settings.reservation_ttl, exemptions=exemptions)
         self.cluster = InMemoryCluster(auto_create=True)
         self.names = names
@@ -282,9 +285,12 @@ class CaricoScheduler(KubeScheduler):
         pipeline: PipelineConfig | None = None,
         prior_per_pod_cost: float | None = None,
         full_level: float | None = None,
+        score_shape: ScoreShape | None = None,
         label: str = "carico",
     ) -> None:
         self.settings = settings or CaricoSettings()
+        if score_shape is not None:
+            self.settings = dataclasses.replace(self.settings, score_shape=score_shape)
         self.ext = CaricoExtender([node_name(i) for i in range(n_nodes)], self.settings)
         # Carico's kube-scheduler runs the shipped configuration's pod back-off.
         params = dataclasses.replace(

@@ -75,6 +75,7 @@ class CaseResult:
     wall_seconds: float
     finished: bool
     latency_ms: dict[str, dict[str, float]] = field(default_factory=dict)
+    submitted_at: float = 0.0  # simulated time the jobs were submitted (after any lead)
 
 
 def run_case(
@@ -197,6 +198,7 @@ def run_case(
         wall_seconds=time.perf_counter() - wall0,
         finished=finished,
         latency_ms=latency,
+        submitted_at=submit_at,
     )
 
 

@@ -71,6 +71,17 @@ def table(results: Sequence[CaseResult]) -> str:
                     f"{r.case:<10} {r.scheduler:<19} {phase:<11}"
                     + "".join(_fmt(d.get(k, math.nan), 8, 2) for k in LATENCY_KEYS)
                 )
+    out.append("")
+    out.append(
+        "node use from submission to the last job's end: nodes never used (no pod ran there), "
+        "idle nodes (mean per second of nodes running no pod), busy nodes (mean of the others)"
+    )
+    for r in results:
+        use = node_use(r)
+        out.append(
+            f"{r.case:<10} {r.scheduler:<19} never used {use['never_used']:>3} of"
+            f" {use['nodes']:<3} idle {use['idle_mean']:5.1f}  busy {use['busy_mean']:5.1f}"
+        )
     sim = sum(r.sim_seconds for r in results)
     wall = sum(r.wall_seconds for r in results)
     out.append("")
@@ -79,6 +90,21 @@ def table(results: Sequence[CaseResult]) -> str:
         "per wall s); job and pod times in seconds; pod time = bind to container exit"
     )
     return "\n".join(out)
+
+
+def node_use(r: CaseResult) -> dict[str, float]:
+    """How many nodes the run left empty, counted on the per-second samples from the jobs'
+    submission on: ``never_used`` nodes ran no pod in any of them; ``idle_mean`` is the mean
+    number of nodes running no pod per second, ``busy_mean`` the mean of the others (what a
+    cluster autoscaler could have given back, or had to keep)."""
+    rows = [n for t, n in zip(r.timeline_t, r.running_per_node, strict=True) if t > r.submitted_at]
+    nodes = len(r.running_per_node[0]) if r.running_per_node else 0
+    if not rows:
+        return {"nodes": nodes, "never_used": nodes, "idle_mean": nodes, "busy_mean": 0.0}
+    counts = [list(col) for col in zip(*rows, strict=True)]
+    never = sum(1 for col in counts if not any(col))
+    idle = sum(sum(1 for x in row if x == 0) for row in rows) / len(rows)
+    return {"nodes": nodes, "never_used": never, "idle_mean": idle, "busy_mean": nodes - idle}
 
 
 def _clean(x: Any) -> Any:
@@ -119,6 +145,7 @@ def to_json(results: Sequence[CaseResult], seed: int, params: ModelParams) -> di
                     "mem_util": r.mem_util,
                 },
                 "latency_ms": r.latency_ms,
+                "node_use": node_use(r),
                 "oom_kills": r.oom_kills,
                 "scheduler_attempts": r.scheduler_attempts,
                 "api_calls": r.api_calls,

@@ -15,6 +15,7 @@ import numpy as np
 
 from carico_app.simulate.params import MI, ModelParams
 from carico_app.simulate.scheduler import KubeScheduler, Scheduler
+from scheduler_ext.shape import ScoreShape
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class SchedulerSpec:
     # carico only: the agents' --prior-per-pod-cost and --full-level (None: shipped defaults).
     prior_per_pod_cost: float | None = None
     full_level: float | None = None
+    score_shape: str | None = None  # carico only: --score-shape, comma-separated points
 
     @property
     def label(self) -> str:
@@ -39,6 +41,8 @@ class SchedulerSpec:
                 options.append(f"p={self.prior_per_pod_cost:g}")
             if self.full_level is not None:
                 options.append(f"level={self.full_level:g}")
+            if self.score_shape is not None:
+                options.append("shape=" + self.score_shape.replace(",", "+"))
             return "carico" + (":" + ",".join(options) if options else "")
         if self.kind != "default" or self.cpu_m is None:
             return self.kind
@@ -54,19 +58,32 @@ _CARICO_OPTION = re.compile(r"^(p|level)=(\d+(?:\.\d+)?)$")
 
 def _carico(text: str, options: str) -> SchedulerSpec:
     found: dict[str, float] = {}
+    shape: str | None = None
     for part in options.split(","):
+        key, _, value = part.strip().partition("=")
+        if key == "shape" and shape is None:
+            try:
+                shape = ScoreShape.parse(value.replace("+", ",")).text
+            except ValueError as exc:
+                raise ValueError(f"scheduler {text!r}: {exc}") from None
+            continue
         m = _CARICO_OPTION.match(part.strip())
         if m is None or m.group(1) in found:
             raise ValueError(
-                f"scheduler {text!r}: carico options are p=<per-pod cost prior> and"
-                " level=<full level>, each at most once"
+                f"scheduler {text!r}: carico options are p=<per-pod cost prior>,"
+                " level=<full level> and shape=<utilisation:score+...>, each at most once"
             )
         found[m.group(1)] = float(m.group(2))
     if "p" in found and not found["p"] > 0:
         raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
     if "level" in found and not 0 < found["level"] <= 1:
         raise ValueError(f"scheduler {text!r}: the full level must be in (0, 1]")
-    return SchedulerSpec("carico", prior_per_pod_cost=found.get("p"), full_level=found.get("level"))
+    return SchedulerSpec(
+        "carico",
+        prior_per_pod_cost=found.get("p"),
+        full_level=found.get("level"),
+        score_shape=shape,
+    )
 
 
 def parse_spec(text: str) -> SchedulerSpec:
@@ -76,7 +93,7 @@ def parse_spec(text: str) -> SchedulerSpec:
     if not m:
         raise ValueError(
             f"scheduler {text!r}: expected default, default:<cpu>m, "
-            "default:<cpu>m/<mem>Mi, carico or carico:p=<cost>,level=<L>"
+            "default:<cpu>m/<mem>Mi, carico or carico:p=<cost>,level=<L>,shape=<u:s+u:s...>"
         )
     kind, cpu, mem, unit = m.groups()
     if kind == "carico" and cpu is not None:
@@ -100,5 +117,6 @@ def make_scheduler(
         rng,
         prior_per_pod_cost=spec.prior_per_pod_cost,
         full_level=spec.full_level,
+        score_shape=ScoreShape.parse(spec.score_shape) if spec.score_shape else None,
         label=spec.label,
     )

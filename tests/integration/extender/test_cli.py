@@ -39,6 +39,8 @@ FLAGS = [
     "--threshold",
     "--stale-after",
     "--stale-policy",
+    "--score-shape",
+    "--score-weights",
     "--excluded-namespaces",
     "--managed-schedulers",
     "--reservation-ttl",
@@ -81,6 +83,25 @@ def test_mismatched_tls_flags_are_refused() -> None:
     )
     assert done.returncode == 2
     assert "--tls-cert and --tls-key go together" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--score-shape", "0:0,50:5,40:10"], "shape point 3 (40:10): utilisation must be greater"),
+        (["--score-shape", "0:0,100:11"], "shape point 2 (100:11): score must be in 0..10"),
+        (["--score-weights", "cpu=0"], "weight of cpu is 0, not in 1..100"),
+    ],
+)
+def test_a_bad_score_shape_is_refused_naming_the_point(flags: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "carico_app.cli", "extender", "--no-kube", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert flags[0] in done.stderr and message in done.stderr, done.stderr
 
 
 async def _wait_ready(
