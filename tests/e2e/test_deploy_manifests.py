@@ -161,6 +161,26 @@ def test_chart_values_reach_the_scheduler_configuration(tools: Tools) -> None:
     assert rendered == want
 
 
+def test_the_score_shape_reaches_the_extender_only_when_set(tools: Tools) -> None:
+    """policy.scoreShape and scoreWeights become the extender's environment; unset, neither is
+    there (the extender spreads on room)."""
+
+    def env(values: tuple[str, ...]) -> dict[str, str]:
+        deployment = by_key(tools.helm_template(values))[("Deployment", NS, "carico-scheduler")]
+        (extender,) = [
+            c
+            for c in deployment["spec"]["template"]["spec"]["containers"]
+            if c["name"] == "extender"
+        ]
+        return {e["name"]: e.get("value", "") for e in extender["env"]}
+
+    unset = env(())
+    assert "CARICO_SCORE_SHAPE" not in unset and "CARICO_SCORE_WEIGHTS" not in unset
+    shaped = env(("policy.scoreShape=0:0\\,100:10", "policy.scoreWeights=cpu=3\\,memory=1"))
+    assert shaped["CARICO_SCORE_SHAPE"] == "0:0,100:10"
+    assert shaped["CARICO_SCORE_WEIGHTS"] == "cpu=3,memory=1"
+
+
 def test_cert_manager_certificates_name_what_carico_certs_signs(tools: Tools) -> None:
     objects = by_key(tools.helm_template(("certManager.enabled=true",)))
     for leaf in certs.plan(NS):
