@@ -34,6 +34,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from real_node import RealNode, RealNodeError
 from real_node_bed import NODE_NAME, carico_installed, real_node_up
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_node]
+
 FULL_LEVEL = 0.85  # the chart's agent.fullLevel (docs/architecture.md#avail)
 # Seconds after a pod starts before the node is looked at: the EMA's step (0.3 s), the class's
 # first readings (two a second) and a few batches of reports.

@@ -15,6 +15,8 @@ from e2e_controlplane import ControlPlane, wait_for
 from node_images import PAUSE_IMAGE, WORKLOAD_IMAGE, kube_version, node_images, write_docker_archive
 from real_node import RealNode
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.real_node]
+
 NAME = "carico-teardown-node"
 
 
