@@ -239,6 +239,8 @@ class CapacityTable:
         self._reserved_classes: dict[str, dict[tuple[str, Requests], int]] = {}
         self.fleet = FleetView()
         self.class_nodes: set[str] = set()  # nodes whose last report has per-class data
+        # A packing score shape holds an unmeasured class's probe cluster-wide (fleet_probing).
+        self.probe_fleet_wide = False
         # The verdicts, read without the lock by the hot path (single dict operations are atomic).
         self.free: dict[str, float] = {}
         self.failing: dict[str, str] = {}
@@ -385,8 +387,16 @@ class CapacityTable:
             " (--max-nodes)"
         )
 
-    def fit(self, node: str, workload_class: str, requests: Requests, now: float) -> Fit | None:
-        """Pods of the class that fit on ``node`` now (None: the node reports no per-class data)."""
+    def fit(
+        self,
+        node: str,
+        workload_class: str,
+        requests: Requests,
+        now: float,
+        probing: int | None = None,
+    ) -> Fit | None:
+        """Pods of the class that fit on ``node`` now (None: the node reports no per-class data).
+        ``probing``: the class's pods counted cluster-wide for its probe (``fleet_probing``)."""
         report = self._reports.get(node)
         if report is None or report.classes is None:
             return None
@@ -394,7 +404,27 @@ class CapacityTable:
         with self.lock:
             held = dict(self._reserved_classes.get(node, {}))
             slots = self._reserved.get(node, 0) - sum(held.values())
-        return node_fit(report.classes, workload_class, requests, held, slots, fleet)
+        return node_fit(report.classes, workload_class, requests, held, slots, fleet, probing)
+
+    def fleet_probing(self, workload_class: str) -> int | None:
+        """With ``probe_fleet_wide`` (a packing score shape): the class's pods running on any
+        node plus its reservations anywhere, the count its cluster-wide probe is held to
+        (scheduler_ext.class_fit.node_fit); None otherwise, and the probe is per node."""
+        if not self.probe_fleet_wide or not workload_class:
+            return None
+        running = sum(
+            r.classes.pods.get(workload_class, 0)
+            for r in self._reports.values()
+            if r.classes is not None
+        )
+        with self.lock:
+            in_flight = sum(
+                n
+                for held in self._reserved_classes.values()
+                for (name, _), n in held.items()
+                if name == workload_class
+            )
+        return running + in_flight
 
     def fleet_summary(self, now: float) -> FleetSummary:
         return self.fleet.get(

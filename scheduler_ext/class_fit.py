@@ -146,6 +146,7 @@ def node_fit(
     reserved: Mapping[tuple[str, Requests], int],
     unknown_units: int,
     fleet: FleetSummary,
+    probing: int | None = None,
 ) -> Fit:
     """How many pods of ``workload_class`` fit on ``node`` after its reservations.
 
@@ -157,7 +158,10 @@ def node_fit(
     default) is *probed*: a node takes one pod of it at a time, until that pod has run long
     enough to be measured (the node then reports the class learned, and the fleet knows it).
     A prior can be wrong by an order of magnitude (a 4-thread pod that requests 200m), and a
-    burst placed on it would pile up on one node before the first measurement.
+    burst placed on it would pile up on one node before the first measurement. ``probing``,
+    when given, is the class's unmeasured pods counted over the whole cluster (running and in
+    flight) instead of on this node: with a packing score shape the probe is the cluster's, so
+    that a burst of a new class does not take two pods to every node before it is measured.
     """
     cost = resolve(workload_class, requests, node.classes.get(workload_class), fleet, node.default)
     typical = fleet.typical or node.default
@@ -189,6 +193,7 @@ def node_fit(
         roomy = bool(np.all(free > 0.0)) and bool(np.all(free[used] >= 0.5 * node.full_level))
         count = 1 if roomy else 0
     if cost.source not in MEASURED:
-        probing = class_in_flight + node.pods.get(workload_class, 0)
+        if probing is None:
+            probing = class_in_flight + node.pods.get(workload_class, 0)
         count = max(min(count, PROBE_PODS - probing), 0)
     return Fit(room, cost, tuple(float(x) for x in need), tuple(float(x) for x in free), count)

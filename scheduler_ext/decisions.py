@@ -123,6 +123,9 @@ class Decider:
         self.exemptions = exemptions
         self.stale_policy = stale_policy
         self.shape = shape  # None: spreading on room (the default)
+        # Packing: a class nobody has measured is probed on PROBE_PODS pods of the cluster, not
+        # of every node, or a burst of it would take pods to every node before it is measured.
+        table.probe_fleet_wide = shape is not None and shape.packs
         self._candidates: OrderedDict[bytes, tuple[Candidates, int]] = OrderedDict()
         self.candidate_bytes = 0  # the cost of the lists remembered (``candidates_cost``)
 
@@ -202,9 +205,10 @@ class Decider:
         failing = table.failing
         threshold = table.thresholds.threshold
         fits: dict[str, Fit] = {}
+        probing = table.fleet_probing(pod.workload_class)
 
         def reason(name: str) -> str | None:
-            fit = table.fit(name, pod.workload_class, pod.requests, now)
+            fit = table.fit(name, pod.workload_class, pod.requests, now, probing)
             if fit is None:
                 return failing.get(name)
             fits[name] = fit

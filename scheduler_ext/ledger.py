@@ -125,7 +125,8 @@ class Ledger:
                 return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
             if check:
-                fit = self.table.fit(node, facts.workload_class, facts.requests, now)
+                probing = self.table.fleet_probing(facts.workload_class)
+                fit = self.table.fit(node, facts.workload_class, facts.requests, now, probing)
                 threshold = self.table.thresholds.threshold
                 free = self.table.free.get(node)
                 if free is None or not self.table.is_fresh(node, now):

@@ -149,6 +149,11 @@ class ScoreShape:
     def __post_init__(self) -> None:
         validate_shape(self.points)
 
+    @property
+    def packs(self) -> bool:
+        """Whether the shape scores a fuller node higher (its last point above its first)."""
+        return self.points[-1].score > self.points[0].score
+
     @classmethod
     def parse(cls, shape: str, weights: str = "") -> ScoreShape:
         return cls(parse_shape(shape), parse_weights(weights) if weights else DEFAULT_WEIGHTS)

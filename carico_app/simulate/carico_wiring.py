@@ -287,10 +287,13 @@ class CaricoScheduler(KubeScheduler):
         full_level: float | None = None,
         score_shape: ScoreShape | None = None,
         label: str = "carico",
+        weight: int | None = None,
     ) -> None:
         self.settings = settings or CaricoSettings()
         if score_shape is not None:
             self.settings = dataclasses.replace(self.settings, score_shape=score_shape)
+        if weight is not None:
+            self.settings = dataclasses.replace(self.settings, weight=weight)
         self.ext = CaricoExtender([node_name(i) for i in range(n_nodes)], self.settings)
         # Carico's kube-scheduler runs the shipped configuration's pod back-off.
         params = dataclasses.replace(

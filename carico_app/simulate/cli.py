@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -75,6 +76,24 @@ def _pick_cases(scenario: scenarios.Scenario, text: str) -> list[scenarios.Case]
     return picked
 
 
+def split_schedulers(text: str) -> list[str]:
+    """The comma-separated scheduler list; a carico spec's own options are comma-separated too,
+    so an item that is only ``key=value`` continues the spec before it.
+
+    >>> split_schedulers("default:500m,carico:level=0.9,shape=0:0+100:10,carico")
+    ['default:500m', 'carico:level=0.9,shape=0:0+100:10', 'carico']
+    """
+    names: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if names and names[-1].startswith("carico:") and re.match(r"^[a-z]+=", item):
+            names[-1] += "," + item
+        else:
+            names.append(item)
+    return names
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         for s in scenarios.SCENARIOS.values():
@@ -87,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         scenario = scenarios.get(args.scenario)
         cases = _pick_cases(scenario, args.cases)
-        names = [x for x in args.schedulers.split(",") if x.strip()] or list(scenario.schedulers)
+        names = split_schedulers(args.schedulers) or list(scenario.schedulers)
         specs: list[SchedulerSpec] = [parse_spec(x) for x in names]
         params = override(ModelParams(), args.overrides)
     except ValueError as exc:

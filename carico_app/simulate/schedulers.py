@@ -23,7 +23,8 @@ class SchedulerSpec:
     """A scheduler as named on the command line: ``default``, ``default:500m``,
     ``default:200m/750Mi`` (requests applied to every job's pods), ``carico``, or ``carico:`` with
     agent options, comma-separated: ``p=<cost>`` (``--prior-per-pod-cost``) and ``level=<L>``
-    (``--full-level``), e.g. ``carico:level=0.9``."""
+    (``--full-level``), ``shape=`` (``--score-shape``, points joined by ``+``) and ``weight=`` (the
+    extender's weight in the scheduler configuration), e.g. ``carico:level=0.9``."""
 
     kind: str
     cpu_m: int | None = None
@@ -32,6 +33,7 @@ class SchedulerSpec:
     prior_per_pod_cost: float | None = None
     full_level: float | None = None
     score_shape: str | None = None  # carico only: --score-shape, comma-separated points
+    weight: int | None = None  # carico only: the extender's weight (None: the shipped 1)
 
     @property
     def label(self) -> str:
@@ -43,6 +45,8 @@ class SchedulerSpec:
                 options.append(f"level={self.full_level:g}")
             if self.score_shape is not None:
                 options.append("shape=" + self.score_shape.replace(",", "+"))
+            if self.weight is not None:
+                options.append(f"weight={self.weight}")
             return "carico" + (":" + ",".join(options) if options else "")
         if self.kind != "default" or self.cpu_m is None:
             return self.kind
@@ -53,7 +57,7 @@ class SchedulerSpec:
 
 
 _SPEC = re.compile(r"^(default|carico)(?::(\d+)m(?:/(\d+)(Mi|Gi))?)?$")
-_CARICO_OPTION = re.compile(r"^(p|level)=(\d+(?:\.\d+)?)$")
+_CARICO_OPTION = re.compile(r"^(p|level|weight)=(\d+(?:\.\d+)?)$")
 
 
 def _carico(text: str, options: str) -> SchedulerSpec:
@@ -71,18 +75,22 @@ def _carico(text: str, options: str) -> SchedulerSpec:
         if m is None or m.group(1) in found:
             raise ValueError(
                 f"scheduler {text!r}: carico options are p=<per-pod cost prior>,"
-                " level=<full level> and shape=<utilisation:score+...>, each at most once"
+                " level=<full level>, shape=<utilisation:score+...> and weight=<extender"
+                " weight>, each at most once"
             )
         found[m.group(1)] = float(m.group(2))
     if "p" in found and not found["p"] > 0:
         raise ValueError(f"scheduler {text!r}: the per-pod cost prior must be positive")
     if "level" in found and not 0 < found["level"] <= 1:
         raise ValueError(f"scheduler {text!r}: the full level must be in (0, 1]")
+    if "weight" in found and not (found["weight"].is_integer() and found["weight"] >= 1):
+        raise ValueError(f"scheduler {text!r}: the extender weight must be an integer >= 1")
     return SchedulerSpec(
         "carico",
         prior_per_pod_cost=found.get("p"),
         full_level=found.get("level"),
         score_shape=shape,
+        weight=int(found["weight"]) if "weight" in found else None,
     )
 
 
@@ -119,4 +127,5 @@ def make_scheduler(
         full_level=spec.full_level,
         score_shape=ScoreShape.parse(spec.score_shape) if spec.score_shape else None,
         label=spec.label,
+        weight=spec.weight,
     )

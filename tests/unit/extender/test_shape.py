@@ -250,3 +250,29 @@ def test_nodes_without_per_class_data_are_shaped_on_pods(make_report: MakeReport
     d = pack.prioritize(POD, ["roomy", "tight"], now=1.0)
     assert d.utilisation == {"roomy": {PODS_FEATURE: 20}, "tight": {PODS_FEATURE: 100}}
     assert [s.Score for s in d.scores] == [2, 10]
+
+
+NEW = "shop/Job/batch"  # a class no node has measured: its cost is a prior, so it is probed
+NEW_POD = PodFacts("shop", "batch-1", "u2", owner_kinds=("Job",), workload_class=NEW)
+
+
+def test_a_packing_shape_probes_a_new_class_on_the_cluster_not_on_every_node(
+    make_report: MakeReport,
+) -> None:
+    """Two pods of an unmeasured class in flight on one node: spreading still lets every other
+    node take two of its own (the probe is per node); packing holds the rest of the burst until
+    the class is measured, instead of taking two pods to every node."""
+    headrooms = {"a": 0.7, "b": 0.7, "c": 0.7}
+    names = list(headrooms)
+    for shape, passing in ((SPREAD, ["b", "c"]), (PACK, [])):
+        table = _table(make_report, headrooms)
+        decider = Decider(table, ExemptionPolicy(), shape=shape)
+        assert decider.filter(NEW_POD, names, now=1.0).passed == names
+        table.add_reserved("a", 2, NEW, Requests())
+        assert decider.filter(NEW_POD, names, now=1.0).passed == passing, shape
+    # Once running on a node (its report counts them), the pods still hold the packing probe.
+    table = _table(make_report, {"b": 0.7, "c": 0.7})
+    msg = per_class(make_report, "a", 0.7)
+    msg.classes.add(workload_class=NEW, cpu_cores=0.1, memory_bytes=0.0, source="requests", pods=2)
+    assert table.ingest(msg, "a", now=0.5)[0].value == "accepted"
+    assert Decider(table, ExemptionPolicy(), shape=PACK).filter(NEW_POD, names, 1.0).passed == []

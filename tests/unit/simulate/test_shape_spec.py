@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from carico_app.simulate.cli import split_schedulers
 from carico_app.simulate.engine import CaseResult
 from carico_app.simulate.report import node_use
 from carico_app.simulate.schedulers import parse_spec
@@ -14,6 +15,27 @@ def test_a_shape_option_round_trips_through_the_label() -> None:
     assert spec.score_shape == "0:0,100:10" and spec.full_level == 0.9
     assert parse_spec(spec.label) == spec
     assert parse_spec("carico").score_shape is None
+
+
+def test_the_extender_weight_option_round_trips_and_a_bad_one_is_refused() -> None:
+    spec = parse_spec("carico:shape=0:0+100:10,weight=5")
+    assert spec.weight == 5 and parse_spec(spec.label) == spec
+    assert parse_spec("carico").weight is None
+    for bad in ("carico:weight=0", "carico:weight=1.5"):
+        with pytest.raises(ValueError, match="weight"):
+            parse_spec(bad)
+
+
+def test_a_carico_spec_keeps_its_options_in_the_scheduler_list() -> None:
+    names = split_schedulers(
+        "default:500m, carico:shape=0:0+100:10,weight=5,carico,carico:level=0.9"
+    )
+    assert names == [
+        "default:500m",
+        "carico:shape=0:0+100:10,weight=5",
+        "carico",
+        "carico:level=0.9",
+    ]
 
 
 @pytest.mark.parametrize("bad", ["carico:shape=", "carico:shape=50:5+20:3", "carico:shape=0:11"])
