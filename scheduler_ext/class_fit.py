@@ -77,7 +77,11 @@ class Fit:
     def reason(self, names: tuple[str, ...], threshold: float) -> str:
         need = ", ".join(f"{n} {_short(x)}" for n, x in zip(names, self.need, strict=True) if x)
         free = ", ".join(f"{n} {_short(x)}" for n, x in zip(names, self.free, strict=True))
-        probe = "" if self.cost.source in MEASURED else ", probing: one unmeasured pod at a time"
+        probe = (
+            ""
+            if self.cost.source in MEASURED
+            else f", probing: {PROBE_PODS} unmeasured pods at a time"
+        )
         return (
             f"carico: a pod of {self.cost.name} needs {need or 'nothing'}"
             f" ({self.cost.source}{probe}); free {free}: room for {_short(self.room)},"
@@ -155,7 +159,7 @@ def node_fit(
     each charged the fleet's typical pod (or the node's default).
 
     A class whose cost nobody has measured yet (its footprint is a prior: requests, typical,
-    default) is *probed*: a node takes one pod of it at a time, until that pod has run long
+    default) is *probed*: a node takes PROBE_PODS pods of it at a time, until they have run long
     enough to be measured (the node then reports the class learned, and the fleet knows it).
     A prior can be wrong by an order of magnitude (a 4-thread pod that requests 200m), and a
     burst placed on it would pile up on one node before the first measurement. ``probing``,
