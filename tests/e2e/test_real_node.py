@@ -516,6 +516,7 @@ def _wait_for_room(release: CaricoRelease, timeout_s: float = 180.0) -> None:
     wait_for(room, timeout_s, "room for a pod on the real node", 0.0, lambda: str(seen[-10:]))
 
 
+@pytest.mark.burst
 @pytest.mark.timeout(1500)
 def test_a_burst_through_carico_against_default_scheduler(
     release: CaricoRelease, core: kubernetes.client.CoreV1Api, namespace: str
