@@ -659,8 +659,10 @@ def test_the_extender_places_over_simulated_and_real_nodes(
         # runs the first pod): the roomiest node scores highest, a simulated one.
         fake_procfs.clear_background()
         wait_for(
-            lambda: all(release.nodes()[n]["classes"]["headroom"]["memory"] > 0.3 for n in fakes),
-            90,  # the node's baseline forgets the filled memory with a half-life of about 14 s
+            lambda: all(release.nodes()[n]["classes"]["headroom"]["memory"] > 0.05 for n in fakes),
+            # the node's baseline forgets the filled memory slowly (a gain per quiet batch): room
+            # for the pod (a thousandth of the memory level) comes well before the baseline settles
+            180,
             "the simulated nodes reported empty",
             1.0,
         )
