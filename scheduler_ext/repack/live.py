@@ -7,6 +7,9 @@ into the document ``snapshot.parse_list`` reads — one parser for dumps and liv
 
 ``compute`` is the unit of work the extender hands to its solver process: decoding, parsing and
 solving all happen there, so the extender's event loop (and its filter path) only moves bytes.
+The solver (OR-Tools, and the numba kernels compiled when first imported: seconds of CPU where
+the image leaves no writable cache) is imported inside ``compute`` only, so importing this module
+for ``merge_lists`` or ``Computed`` keeps the extender's own process free of it.
 It also fingerprints the snapshot, so that a state already solved is not solved again. Pure: no
 I/O; the clock is a parameter. Neighbours: ``service`` (calls it), ``snapshot``, ``solver``.
 """
@@ -18,12 +21,14 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from carico.pods import DEFAULT_SCHEDULER
-from repack.driver.solver import SolveOptions, solve
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Snapshot, SnapshotError, parse_list
+
+if TYPE_CHECKING:
+    from repack.driver.options import SolveOptions
 
 
 def merge_lists(raws: Sequence[bytes | str]) -> dict[str, Any]:
@@ -95,6 +100,8 @@ def compute(
     clock: Callable[[], float] = time.monotonic,
 ) -> Computed:
     """Merge, parse and solve; skip the solve when the snapshot's fingerprint is ``unless``."""
+    from repack.driver.solver import solve  # in the solver process only (module docstring)
+
     document = only_pending_of(merge_lists(raws), managed_schedulers)
     snapshot = parse_list(document, excluded_namespaces)
     digest = fingerprint(snapshot)

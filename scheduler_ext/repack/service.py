@@ -30,6 +30,7 @@ import asyncio
 import json
 import logging
 import multiprocessing
+import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -220,14 +221,31 @@ def parse_run_request(body: bytes | bytearray, max_time_limit: float) -> RunRequ
     return RunRequest(float(limit) if limit is not None else None, dry_run)
 
 
+# The solver process's nice value. It shares the extender container's CPU (one cgroup) with the
+# process answering kube-scheduler; a solve is background work and its CP-SAT threads must not
+# delay a filter, prioritize or bind answer (docs/architecture.md#repack-execution).
+SOLVER_NICENESS = 10
+
+
+def lower_priority() -> None:
+    """A solver process's first step: it yields the CPU to the extender's own process."""
+    os.nice(SOLVER_NICENESS)
+
+
 def load_solver() -> None:
-    """Imports the solver (the first thing a solver process does)."""
-    import scheduler_ext.repack.live  # noqa: F401
+    """Imports the solver, compiling its numba kernels where no cache holds them: done once, in
+    the solver process, when the extender starts, never on the extender's event loop."""
+    import repack.driver.solver  # noqa: F401
 
 
 def solver_process_pool() -> Executor:
-    """One spawned worker process for solves (spawn: the extender has threads, fork is unsafe)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    """One spawned worker process for solves (spawn: the extender has threads, fork is unsafe),
+    at a lower priority than the extender's process."""
+    return ProcessPoolExecutor(
+        max_workers=1,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=lower_priority,
+    )
 
 
 class RepackService:
@@ -343,7 +361,7 @@ class RepackService:
     async def _compute(
         self, trigger: str, time_limit: float | None, dry_run: bool
     ) -> tuple[PlanRecord | None, Computed | None]:
-        from repack.driver.solver import SolveOptions
+        from repack.driver.options import SolveOptions
         from repack.problem.snapshot import SnapshotError
         from scheduler_ext.repack.live import compute
 
@@ -489,13 +507,14 @@ class RepackService:
         """The solver process pool, started when first needed (again after a worker died)."""
         if self._executor is None:
             self._executor = self._new_executor()
+            # its search is compiled at import: seconds, in every process where no cache can be
+            # written; queued first, so a run never pays for it inside its time limit
+            self._executor.submit(load_solver)
         return self._executor
 
     async def run_background(self, watch: UnscheduledWatch | None, every: float = 1.0) -> None:
         """The trigger's pod watch and a check every ``every`` seconds; runs until cancelled."""
-        # the solver process loads the solver now, not when the first run needs it (its search
-        # is compiled at import: seconds, in every process where no cache can be written)
-        self._pool().submit(load_solver)
+        self._pool()  # the solver process starts and loads the solver now, not at the first run
         watcher: asyncio.Task[None] | None = (
             asyncio.create_task(
                 watch(self.on_unscheduled_list, self.on_unscheduled_event), name="repack-watch"

@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         stop = True
 
     signal.signal(signal.SIGTERM, _stop)
+    # a shell without job control starts background commands with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         _serve(workdir, lambda: stop)
     except KeyboardInterrupt:

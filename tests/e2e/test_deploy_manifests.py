@@ -161,24 +161,42 @@ def test_chart_values_reach_the_scheduler_configuration(tools: Tools) -> None:
     assert rendered == want
 
 
+def _extender_env(tools: Tools, values: tuple[str, ...]) -> dict[str, str]:
+    deployment = by_key(tools.helm_template(values))[("Deployment", NS, "carico-scheduler")]
+    (extender,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "extender"
+    ]
+    return {e["name"]: e.get("value", "") for e in extender["env"]}
+
+
 def test_the_score_shape_reaches_the_extender_only_when_set(tools: Tools) -> None:
     """policy.scoreShape and scoreWeights become the extender's environment; unset, neither is
     there (the extender spreads on room)."""
 
     def env(values: tuple[str, ...]) -> dict[str, str]:
-        deployment = by_key(tools.helm_template(values))[("Deployment", NS, "carico-scheduler")]
-        (extender,) = [
-            c
-            for c in deployment["spec"]["template"]["spec"]["containers"]
-            if c["name"] == "extender"
-        ]
-        return {e["name"]: e.get("value", "") for e in extender["env"]}
+        return _extender_env(tools, values)
 
     unset = env(())
     assert "CARICO_SCORE_SHAPE" not in unset and "CARICO_SCORE_WEIGHTS" not in unset
     shaped = env(("policy.scoreShape=0:0\\,100:10", "policy.scoreWeights=cpu=3\\,memory=1"))
     assert shaped["CARICO_SCORE_SHAPE"] == "0:0,100:10"
     assert shaped["CARICO_SCORE_WEIGHTS"] == "cpu=3,memory=1"
+
+
+def test_repack_workers_default_to_the_extender_cpu_limit(tools: Tools) -> None:
+    """More CP-SAT threads than the container may use would get the whole container throttled,
+    the extender's answers to kube-scheduler with it: by default a solve gets the CPU limit's
+    worth, rounded up."""
+
+    def workers(*values: str) -> str:
+        return _extender_env(tools, values)["CARICO_REPACK_WORKERS"]
+
+    assert workers() == "2"  # the chart's limit
+    assert workers("scheduler.extender.resources.limits.cpu=1500m") == "2"
+    assert workers("scheduler.extender.resources.limits.cpu=0.5") == "1"
+    assert workers("scheduler.extender.resources.limits.cpu=3") == "3"
+    assert workers("scheduler.extender.resources.limits.cpu=null") == "0"  # every core
+    assert workers("policy.repack.workers=5") == "5"
 
 
 def test_cert_manager_certificates_name_what_carico_certs_signs(tools: Tools) -> None:

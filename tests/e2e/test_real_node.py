@@ -13,6 +13,7 @@ with ``helm install``, real pods measured by the real agent (real_node.py, chart
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -516,10 +517,28 @@ def _wait_for_room(release: CaricoRelease, timeout_s: float = 180.0) -> None:
     wait_for(room, timeout_s, "room for a pod on the real node", 0.0, lambda: str(seen[-10:]))
 
 
+def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
+    """What the extender did meanwhile: its repack runs and its log's warnings, so a slow run
+    can be told from a slow scheduler."""
+    try:
+        plans = release.get("/api/v1/repack/plans")
+    except OSError as exc:
+        plans = [f"unanswered: {exc}"]
+    print(f"  repack runs: {json.dumps(plans)[:2000]}")
+    for pod in release.pods("scheduler"):
+        lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
+        noted = [x for x in lines if "WARN" in x or "ERROR" in x or "repack" in x]
+        print(f"  {pod.metadata.name} log ({len(lines)} lines), warnings and repack lines:")
+        print("    " + "\n    ".join(noted[-30:]))
+
+
 @pytest.mark.burst
 @pytest.mark.timeout(1500)
 def test_a_burst_through_carico_against_default_scheduler(
-    release: CaricoRelease, core: kubernetes.client.CoreV1Api, namespace: str
+    release: CaricoRelease,
+    real_node: RealNode,
+    core: kubernetes.client.CoreV1Api,
+    namespace: str,
 ) -> None:
     """The same burst (a Job of 1-thread bpi pods at a 100m request), first through
     default-scheduler (request-based: all fit at once), then through carico-scheduler (the
@@ -550,6 +569,7 @@ def test_a_burst_through_carico_against_default_scheduler(
         f"  carico/default: job {carico.job_completion / default.job_completion:.2f}, "
         f"mean pod {carico.pod_completion / default.pod_completion:.2f}"
     )
+    _print_extender_side(release, real_node)
     # Carico admits a pod only where the node's measured capacity holds it: whenever the pods
     # running or reserved grew, they are within the capacity the node reported in the seconds
     # before (the extender decided on a report up to a second old, the test polls every 0.25 s).

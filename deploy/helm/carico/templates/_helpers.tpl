@@ -87,3 +87,18 @@ seccompProfile:
   value: {{ required "apiServer.port is required with apiServer.host" $.Values.apiServer.port | quote }}
 {{- end }}
 {{- end }}
+
+{{/* CP-SAT threads of a repack solve: policy.repack.workers, else the extender container's CPU
+limit rounded up ("1500m" -> 2), else 0 (every core). */}}
+{{- define "carico.repackWorkers" -}}
+{{- $limit := toString (dig "limits" "cpu" "" .Values.scheduler.extender.resources) -}}
+{{- if .Values.policy.repack.workers -}}
+{{- .Values.policy.repack.workers -}}
+{{- else if hasSuffix "m" $limit -}}
+{{- div (add (atoi (trimSuffix "m" $limit)) 999) 1000 -}}
+{{- else if $limit -}}
+{{- ceil (float64 $limit) | int -}}
+{{- else -}}
+0
+{{- end -}}
+{{- end -}}
