@@ -10,7 +10,8 @@
   ``GET /api/v1/model`` — the global model's expected-workload vector as the agents report it
   (``workload``).
 * ``POST /repack`` — compute a repacking plan now (optional body ``{"time_limit": s,
-  "dry_run": bool}``); ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
+  "dry_run": bool, "mode": "place" | "balance" | "defragment" | "consolidate"}``);
+  ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
   ``GET /api/v1/repack`` — the repacker's mode and trigger state (``repack.service``).
 * ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
@@ -239,7 +240,9 @@ def add_repack_routes(app: web.Application, repack: RepackService | None) -> Non
         except ValueError as exc:
             return _refused(request, 400, f"repack: {exc}")
         try:
-            record = await repack.run(TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run)
+            record = await repack.run(
+                TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run, mode=ask.mode
+            )
         except RunInProgress as exc:
             return _error(409, f"repack: {exc}; retry when it has finished")
         assert record is not None  # only automatic runs skip an unchanged state
