@@ -28,8 +28,11 @@ from repack.problem.goals import (
     freed,
     imbalance,
     largest_free,
+    loads,
     moved,
+    node_imbalance,
     touched,
+    uses,
     value,
     within,
 )
@@ -39,7 +42,11 @@ from repack.problem.snapshot import Snapshot
 from repack.search.goal_greedy import greedy
 
 FORMULATION = "goal"
-GREEDY_SHARE = 0.2  # of the budget, at most, for the greedy start (it mostly ends far sooner)
+# the model covers at most this many nodes plus twice the nodes a plan may touch; the pods of
+# the others stay where they are (a plan touches few nodes, and a model of every node of a large
+# cluster takes the whole budget to build)
+NEIGHBOURHOOD = 16
+GREEDY_SHARE = 0.4  # of the budget, at most, for the greedy start (it mostly ends far sooner)
 RESERVE_SHARE = 0.05  # of the budget kept for sequencing and checking the plan
 
 
@@ -72,6 +79,59 @@ def _report(view: GoalView, where: list[int], greedy_gain: float) -> GoalReport:
     )
 
 
+def neighbourhood(view: GoalView, start: list[int]) -> set[int]:
+    """The nodes the CP-SAT model may move pods between: those the greedy start touched, then
+    the most promising for the goal (the most imbalanced; the emptiest nodes that could go and
+    the fullest that accept pods; the largest free blocks and the fullest nodes)."""
+    size = min(view.nodes, NEIGHBOURHOOD + 2 * view.spec.limits.nodes_cap(view.nodes))
+    load = loads(view, list(view.home))
+    fill = [
+        sum(load[n][r] / max(1, view.alloc[n][r]) for r in view.measured) for n in range(view.nodes)
+    ]
+    if view.spec.goal == "balance":
+        w, use = view.balance_weights, uses(view, list(view.home))
+        order = sorted(range(view.nodes), key=lambda n: -node_imbalance(w[n], use[n]))
+    else:
+        low = sorted(range(view.nodes), key=lambda n: (not view.freeable[n], fill[n]))
+        high = sorted(range(view.nodes), key=lambda n: (not view.open[n], -fill[n]))
+        order = [n for pair in zip(low, high, strict=True) for n in pair]
+    keep = set(touched(view, start))
+    for n in order:
+        if len(keep) >= size:
+            break
+        keep.add(n)
+    return keep
+
+
+def restricted(view: GoalView, keep: set[int]) -> tuple[GoalView, list[int]]:
+    """``view`` with the pods outside ``keep`` fixed where they run and nothing landing outside
+    it, and the index in ``view`` of each pod it still moves. The balance weights are the whole
+    cluster's (its totals are unchanged)."""
+    inside = [p for p in range(len(view.keys)) if view.home[p] in keep]
+    fixed = [list(row) for row in view.fixed]
+    fixed_use = [list(row) for row in view.fixed_use]
+    stuck = set()
+    for p in range(len(view.keys)):
+        if view.home[p] not in keep:
+            n = view.home[p]
+            stuck.add(n)
+            fixed[n] = [a + b for a, b in zip(fixed[n], view.req[p], strict=True)]
+            fixed_use[n] = [a + b for a, b in zip(fixed_use[n], view.use[p], strict=True)]
+    sub = replace(
+        view,
+        fixed=tuple(tuple(r) for r in fixed),
+        fixed_use=tuple(tuple(r) for r in fixed_use),
+        keys=tuple(view.keys[p] for p in inside),
+        home=tuple(view.home[p] for p in inside),
+        req=tuple(view.req[p] for p in inside),
+        use=tuple(view.use[p] for p in inside),
+        eligible=tuple(view.eligible[p] & keep for p in inside),
+        freeable=tuple(f and n not in stuck for n, f in enumerate(view.freeable)),
+    )
+    sub.__dict__["balance_weights"] = view.balance_weights  # the whole cluster's fills
+    return sub, inside
+
+
 def rebalance(
     snapshot: Snapshot,
     spec: GoalSpec,
@@ -97,9 +157,16 @@ def rebalance(
     status, proven = "not run", False
     until = start + limit * (1 - RESERVE_SHARE)
     if view.keys and spec.limits.max_moves > 0 and until - clock() > 0.02:
-        model = GoalModel(view)
-        model.hint(best)
-        status, found = model.solve(until - clock(), options.workers, options.seed)
+        sub, inside = restricted(view, neighbourhood(view, best))
+        model = GoalModel(sub)
+        model.hint([best[p] for p in inside])
+        status, part = model.solve(until - clock(), options.workers, options.seed)
+        found = None
+        if part is not None:
+            # the greedy start moved pods only between nodes of the model: the others are home
+            found = list(best)
+            for i, p in enumerate(inside):
+                found[p] = part[i]
         if found is not None and fits(view, found) and within(view, found):
             proven = status == "OPTIMAL"
             if key(found) > key(best):

@@ -22,6 +22,7 @@ from repack.problem.goals import GoalView, block, loads, node_imbalance, uses
 Clock = Callable[[], float]
 _EPS = 1e-12
 _SIDE = 6  # the most imbalanced nodes a balance step moves pods between
+_TARGETS = 16  # the nodes leaning furthest either way a balance step may move one pod to
 
 
 class _State:
@@ -31,9 +32,21 @@ class _State:
         self.load = loads(view, where)
         self.cap = view.spec.limits.nodes_cap(view.nodes)
         self.max_moves = view.spec.limits.max_moves
+        self.by_node: list[list[int]] = [[] for _ in range(view.nodes)]
+        for p, n in enumerate(where):
+            self.by_node[n].append(p)
+        self.moves = sum(1 for p, n in enumerate(where) if n != view.home[p])
+        self.touched = self._touched()
+
+    def _touched(self) -> set[int]:
+        out: set[int] = set()
+        for p, n in enumerate(self.where):
+            if n != self.view.home[p]:
+                out.update((n, self.view.home[p]))
+        return out
 
     def on(self, n: int) -> list[int]:
-        return [p for p, m in enumerate(self.where) if m == n]
+        return self.by_node[n]
 
     def room(self, p: int, n: int, leaving: int | None = None) -> bool:
         """Pod p fits on node n (with pod ``leaving`` gone from n first)."""
@@ -49,28 +62,26 @@ class _State:
         return True
 
     def moves_after(self, changes: list[tuple[int, int]]) -> int:
-        v = self.view
-        count = sum(1 for p, n in enumerate(self.where) if n != v.home[p])
-        for p, n in changes:
-            count += (n != v.home[p]) - (self.where[p] != v.home[p])
-        return count
-
-    def touched_after(self, changes: list[tuple[int, int]]) -> set[int]:
-        v = self.view
-        where = list(self.where)
-        for p, n in changes:
-            where[p] = n
-        out: set[int] = set()
-        for p, n in enumerate(where):
-            if n != v.home[p]:
-                out.update((n, v.home[p]))
-        return out
+        home = self.view.home
+        return self.moves + sum((n != home[p]) - (self.where[p] != home[p]) for p, n in changes)
 
     def allowed(self, changes: list[tuple[int, int]]) -> bool:
-        return (
-            self.moves_after(changes) <= self.max_moves
-            and len(self.touched_after(changes)) <= self.cap
+        """Within the bounds (the nodes touched counted as if no pod went back home)."""
+        if self.moves_after(changes) > self.max_moves:
+            return False
+        extra = {m for p, n in changes for m in (n, self.where[p], self.view.home[p])}
+        extra -= self.touched
+        return len(self.touched) + len(extra) <= self.cap or (
+            len(self.touched_after(changes)) <= self.cap
         )
+
+    def touched_after(self, changes: list[tuple[int, int]]) -> set[int]:
+        saved = list(self.where)
+        for p, n in changes:
+            self.where[p] = n
+        out = self._touched()
+        self.where = saved
+        return out
 
     def apply(self, changes: list[tuple[int, int]]) -> None:
         v = self.view
@@ -79,7 +90,11 @@ class _State:
             for r, need in enumerate(v.req[p]):
                 self.load[old][r] -= need
                 self.load[n][r] += need
+            self.by_node[old].remove(p)
+            self.by_node[n].append(p)
+            self.moves += (n != v.home[p]) - (old != v.home[p])
             self.where[p] = n
+        self.touched = self._touched()
 
 
 def greedy(view: GoalView, until: float, clock: Clock) -> list[int]:
@@ -108,13 +123,27 @@ def _balance(view: GoalView, where: list[int], until: float, clock: Clock) -> li
             row = [a + b for a, b in zip(row, view.use[into], strict=True)]
         return node_imbalance(w[n], row)
 
+    def skew(n: int) -> float:
+        # how far the node leans to the first goal resource against its mean (0: no lean)
+        rel = [a * b for a, b in zip(w[n], use[n], strict=True) if a > 0]
+        return rel[0] - sum(rel) / len(rel) if rel else 0.0
+
     while clock() < until:
-        worst = sorted(range(view.nodes), key=lambda n: -imb[n])[:_SIDE]
+        # the nodes leaning furthest either way (the swap article's two ends), and the most
+        # imbalanced ones whatever their lean
+        lean = sorted(range(view.nodes), key=skew)
+        worst = list(
+            dict.fromkeys(
+                lean[: _SIDE // 2]
+                + lean[-(_SIDE // 2) :]
+                + sorted(range(view.nodes), key=lambda n: -imb[n])[:_SIDE]
+            )
+        )
+        targets = list(dict.fromkeys(lean[:_TARGETS] + lean[-_TARGETS:] + worst))
         best: tuple[float, list[tuple[int, int]]] | None = None
         for s in worst:
-            mine = st.on(s)
-            for p in mine:
-                for t in range(view.nodes):  # a single move, anywhere it fits
+            for p in list(st.on(s)):
+                for t in targets:  # a single move, to a node leaning either way
                     if t == s or not st.room(p, t):
                         continue
                     delta = imb[s] + imb[t] - after(s, p, None) - after(t, None, p)
@@ -124,7 +153,7 @@ def _balance(view: GoalView, where: list[int], until: float, clock: Clock) -> li
                 for t in worst:  # a swap with a pod of another imbalanced node
                     if t == s:
                         continue
-                    for q in st.on(t):
+                    for q in list(st.on(t)):
                         if not (st.room(p, t, leaving=q) and st.room(q, s, leaving=p)):
                             continue
                         gain = imb[s] + imb[t] - after(s, p, q) - after(t, q, p)
@@ -145,8 +174,13 @@ def _balance(view: GoalView, where: list[int], until: float, clock: Clock) -> li
 
 
 def _size(view: GoalView, p: int) -> float:
-    biggest = [max(row[r] for row in view.alloc) or 1 for r in range(len(view.resources))]
-    return sum(v / b for v, b in zip(view.req[p], biggest, strict=True))
+    """A pod's requests as shares of the largest node, summed over the goal's resources."""
+    biggest = view.__dict__.get("_biggest")
+    if biggest is None:  # once per view (frozen: kept in its __dict__, like a cached property)
+        biggest = view.__dict__["_biggest"] = [
+            max(row[r] for row in view.alloc) or 1 for r in range(len(view.resources))
+        ]
+    return sum(view.req[p][r] / biggest[r] for r in view.measured)
 
 
 def _best_fit(st: _State, p: int, avoid: set[int], prefer: set[int]) -> int | None:
@@ -174,8 +208,8 @@ def _consolidate(view: GoalView, where: list[int], until: float, clock: Clock) -
             break
         trial = _State(view, list(st.where))
         ok = True
-        for p in sorted(trial.on(c), key=lambda p: -_size(view, p)):
-            prefer = trial.touched_after([])
+        for p in sorted(list(trial.on(c)), key=lambda p: -_size(view, p)):
+            prefer = trial.touched
             t = _best_fit(trial, p, drained | {c}, prefer)
             if t is None or not trial.allowed([(p, t)]):
                 ok = False
@@ -203,12 +237,12 @@ def _defragment(view: GoalView, where: list[int], until: float, clock: Clock) ->
         if clock() >= until:
             break
         st = _State(view, list(where))
-        for p in sorted(st.on(c), key=lambda p: -_size(view, p)):
-            t = _best_fit(st, p, {c}, st.touched_after([]))
+        for p in sorted(list(st.on(c)), key=lambda p: -_size(view, p)):
+            t = _best_fit(st, p, {c}, st.touched)
             if t is None or not st.allowed([(p, t)]):
                 break
             st.apply([(p, t)])
-            key = (block(view, st.where), -st.moves_after([]))
+            key = (block(view, st.where), -st.moves)
             if key > best_key:
                 best_where, best_key = list(st.where), key
     return best_where
