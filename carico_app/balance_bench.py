@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                     ratio = f"{r.gain / base.gain:>10.2f}x" if base.gain > 1e-12 else f"{'-':>11}"
                     print(f"{goal:<12}{nodes:>6}{seed:>5}  {name:<9}{r.gain:>9.4f}{r.moves:>6}"
                           f"{r.per_move:>9.4f}{r.freed:>6}{r.block:>7.3f}{r.seconds:>7.2f}  "
-                          f"{ratio}")  # fmt: skip
+                          f"{ratio}", flush=True)  # fmt: skip
                 ten = rows["10 s"]
                 # at least the baseline's gain; with no more moves where the gains are equal
                 ok = ten.gain >= base.gain - 1e-9 and (
