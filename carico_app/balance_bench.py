@@ -52,7 +52,9 @@ CPU, MEM = 4000, 16 * GI
 # the bench's bounds: more room than the engine's defaults, so that consolidation can free
 # several nodes and the goals differ; the same for every method
 LIMITS = Limits(max_moves=16, max_share=0.2, min_gain=0.0)
-USAGE = {"balance": 0.6, "consolidate": 0.4, "defragment": 0.7}  # requested share of the cluster
+# requested share of the cluster: enough that no node is empty to start with, and that freeing
+# one takes several moves
+USAGE = {"balance": 0.6, "consolidate": 0.55, "defragment": 0.85}
 
 
 def instance(nodes: int, seed: int, usage: float) -> Snapshot:
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     sizes = (16, 32, 64, 128)
     seeds = range(5) if args.full else range(1)
-    long_s = args.long or (120.0 if args.full else 40.0)
+    long_s = args.long or (120.0 if args.full else 30.0)
     long_up_to = 128 if args.full else 64
     print(f"bounds: {LIMITS.max_moves} moves, {LIMITS.max_share:.0%} of the nodes; long solve "
           f"{long_s:g} s up to {long_up_to} nodes; {args.workers} CP-SAT workers")  # fmt: skip
