@@ -39,12 +39,8 @@ from aiohttp import web
 from carico.http_ops import add_ops_routes
 from scheduler_ext.bodies import BodyBudget, BodyRefused, read_body
 from scheduler_ext.class_fit import NodeClasses
-from scheduler_ext.repack.service import (
-    MAX_REQUEST_BYTES,
-    TRIGGER_HTTP,
-    RunInProgress,
-    parse_run_request,
-)
+from scheduler_ext.repack.request import MAX_REQUEST_BYTES, parse_run_request
+from scheduler_ext.repack.service import TRIGGER_HTTP, RunInProgress
 from scheduler_ext.service import BadRequest, ExtenderService
 from scheduler_ext.wire import Body
 from scheduler_ext.workload import model_view
