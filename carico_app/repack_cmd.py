@@ -7,6 +7,12 @@ which lists the same objects from the API server and parses them with the same c
 nothing is changed anywhere — executing plans is the extender's job in apply mode. Exit status: 0
 when a plan or a definite "no improvement" was produced, 1 when solving failed (ERROR,
 INFEASIBLE), 2 on unreadable input or an unreachable cluster.
+
+``--mode`` picks the engine: ``place`` (the default) makes pending pods fit; ``balance``,
+``defragment`` and ``consolidate`` run the balancing engine on the running pods
+(docs/architecture.md#balancing), within ``--max-moves`` / ``--max-nodes`` / ``--max-share`` and
+only for a gain of at least ``--min-gain``; ``--usage FILE`` gives measured use per pod (else the
+balance goal is measured on requests).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
 from repack.cpsat import FORMULATIONS
+from repack.problem.goal_spec import EXCLUDE_LABEL, GOALS, Limits
 
 if TYPE_CHECKING:
     from repack.problem.plan import Plan
@@ -63,6 +70,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="namespace whose pods are never moved (repeatable; default: kube-system)",
     )
 
+    goal = parser.add_argument_group("balancing engine (docs/architecture.md#balancing)")
+    goal.add_argument(
+        "--mode",
+        choices=("place", *GOALS),
+        default="place",
+        help="place: make pending pods fit (default); balance: even each node's mix of use; "
+        "defragment: the largest free block; consolidate: free whole nodes",
+    )
+    goal.add_argument(
+        "--max-moves", type=int, default=Limits.max_moves, help="most pods a plan moves"
+    )
+    goal.add_argument(
+        "--max-nodes", type=int, default=None, help="most nodes a plan touches (default: no cap)"
+    )
+    goal.add_argument(
+        "--max-share",
+        type=float,
+        default=Limits.max_share,
+        help="most nodes a plan touches as a share of the cluster (rounded up, at least 2)",
+    )
+    goal.add_argument(
+        "--min-gain",
+        type=float,
+        default=None,
+        help="least gain worth a plan (balance: share of the imbalance, 0.05; defragment: share "
+        "of the largest node, 0.05; consolidate: nodes, 1)",
+    )
+    goal.add_argument(
+        "--exclude-label",
+        default=EXCLUDE_LABEL,
+        metavar="KEY",
+        help="nodes and pods with this label (any value but false) are left as they are",
+    )
+    goal.add_argument(
+        "--usage",
+        metavar="FILE",
+        help='measured use per pod, {"namespace/name": {"cpu": millicores, "memory": bytes}}',
+    )
+
 
 def _read(path: str) -> Any:
     if path == "-":
@@ -94,6 +140,22 @@ def render_table(plan: Plan, out: TextIO) -> None:
         f"{len(plan.evictions)} eviction(s)",
         file=out,
     )
+    if plan.goal is not None:
+        g = plan.goal
+        print(
+            f"\ngoal: {g.goal} (measured on {g.basis})   before: {g.before:.4g}"
+            f"   after: {g.after:.4g}   gain: {g.gain:.4g} (minimum {g.min_gain:g})",
+            file=out,
+        )
+        print(
+            f"bounds: {g.max_moves} move(s), {g.max_nodes} node(s)   touched: "
+            f"{', '.join(g.touched) or '-'}",
+            file=out,
+        )
+        if g.goal == "consolidate":
+            print(f"nodes that could go: {', '.join(g.freed) or '-'}", file=out)
+        free = ", ".join(f"{r} {v}" for r, v in g.largest_free.items())
+        print(f"largest free block per resource: {free}", file=out)
     if plan.phases:
         print("\ntier  phase    status      value  bound  seconds  steps", file=out)
         for ph in plan.phases:
@@ -128,10 +190,26 @@ def _list_cluster(kubeconfig: str, context: str | None) -> dict[str, Any]:
         api_client.close()
 
 
+def _usage(doc: Any) -> dict[str, dict[str, float]]:
+    if not isinstance(doc, dict):
+        raise ValueError("--usage: expected a JSON object of pod -> {resource: amount}")
+    out: dict[str, dict[str, float]] = {}
+    for key, amounts in doc.items():
+        if not isinstance(amounts, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+            for v in amounts.values()
+        ):
+            raise ValueError(f"--usage: {key}: expected {{resource: non-negative number}}")
+        out[str(key)] = {str(r): float(v) for r, v in amounts.items()}
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     # Imported here, not at the top: ``carico repack --help`` must not load OR-Tools, numba and
     # the solver's compiled loops (seconds).
+    from repack.driver.balance import rebalance
     from repack.driver.solver import SolveOptions, solve
+    from repack.problem.goal_spec import GoalSpec
     from repack.problem.plan import to_dict
     from repack.problem.snapshot import SnapshotError, parse_list
     from scheduler_ext.repack.live import only_pending_of
@@ -158,10 +236,19 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             seed=args.seed,
         )
+        spec = GoalSpec(
+            "balance" if args.mode == "place" else args.mode,
+            Limits(args.max_moves, args.max_nodes, args.max_share, args.min_gain),
+            args.exclude_label,
+        )
+        usage = _usage(_read(args.usage)) if args.usage else None
     except (OSError, json.JSONDecodeError, SnapshotError, ValueError) as exc:
         print(f"carico repack: {exc}", file=sys.stderr)
         return 2
-    plan = solve(snapshot, options)
+    if args.mode == "place":
+        plan = solve(snapshot, options)
+    else:
+        plan = rebalance(snapshot, spec, options, usage)
     if args.output == "json":
         json.dump(to_dict(plan), sys.stdout, indent=2)
         print()

@@ -19,4 +19,10 @@ Sub-packages, from input to output:
 * ``cpsat`` — every CP-SAT model: the phase models of both formulations, the LNS and its refills,
   the price-and-branch choices, the last-resort column pricing;
 * ``driver`` — the phase driver: the tier loop, the time budget, and which steps each phase takes.
+
+The *balancing engine* (``driver.balance.rebalance``) is the second mode: on the same snapshot,
+it moves running pods for a goal (balance, defragment, consolidate) within bounds on the moves
+and nodes touched, from a greedy start (``search.goal_greedy``) and a CP-SAT model
+(``cpsat.goals``), its plans checked by ``checker.check_goal``
+(``docs/architecture.md#balancing``).
 """

@@ -31,6 +31,7 @@ from carico.cliargs import (
 from carico.logs import add_logging_arguments, configure_logging
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from carico.tls import grpc_server_credentials, server_ssl_context
+from repack.problem.goal_spec import GOALS, Limits
 from scheduler_ext.capacity import DEFAULT_MAX_NODES, DEFAULT_THRESHOLD
 from scheduler_ext.cluster import Cluster, InMemoryCluster
 from scheduler_ext.grpc_server import start_grpc
@@ -216,6 +217,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="CP-SAT search workers of a repack solve (0: every core of the machine; set it to "
         "the container's CPU limit so a solve does not crowd out kube-scheduler)",
     )
+    # The balancing engine (docs/architecture.md#balancing); defaults as goal_spec.Limits.
+    add_env_argument(
+        repack,
+        "--repack-balance-goal",
+        default="balance",
+        choices=list(GOALS),
+        help="goal of the periodic balancing runs: balance (each node's mix of use), "
+        "defragment (the largest free block) or consolidate (free whole nodes)",
+    )
+    add_env_argument(
+        repack,
+        "--repack-balance-period",
+        type=non_negative_float,
+        default=0.0,
+        help="seconds between periodic balancing runs (0: only on demand, POST /repack with "
+        '{"mode": goal}); a cluster state already balanced is not solved again',
+    )
+    add_env_argument(
+        repack,
+        "--repack-balance-max-moves",
+        type=non_negative_int,
+        default=Limits.max_moves,
+        help="most pods one balancing plan moves",
+    )
+    add_env_argument(
+        repack,
+        "--repack-balance-max-share",
+        type=positive_float,
+        default=Limits.max_share,
+        help="most nodes one balancing plan touches, as a share of the cluster (rounded up, "
+        "at least 2)",
+    )
+    add_env_argument(
+        repack,
+        "--repack-balance-min-gain",
+        type=non_negative_float,
+        default=None,
+        help="least gain worth a balancing plan (default per goal: balance 0.05 of the "
+        "imbalance, defragment 0.05 of the largest node, consolidate 1 node)",
+    )
     # Apply mode's executor (scheduler_ext/repack/executor.py); defaults as ExecutorOptions.
     for flag, default, what in (
         ("--repack-plan-timeout", 600.0, "a whole plan may take in apply mode before it aborts"),
@@ -301,6 +342,13 @@ def repack_settings_from(args: argparse.Namespace, settings: Settings) -> Repack
         max_time_limit=max(args.repack_time_limit, RepackSettings.max_time_limit),
         excluded_namespaces=settings.excluded_namespaces,
         managed_schedulers=settings.managed_schedulers,
+        balance_goal=args.repack_balance_goal,
+        balance_period=args.repack_balance_period,
+        balance_limits=Limits(
+            max_moves=args.repack_balance_max_moves,
+            max_share=min(1.0, args.repack_balance_max_share),
+            min_gain=args.repack_balance_min_gain,
+        ),
     )
 
 
@@ -338,11 +386,19 @@ def make_repack(
         return None
     if not isinstance(cluster, RepackSource):
         raise ValueError("this cluster cannot be listed for repacking; use --repack-mode off")
+    table = service.table
+
+    def footprints() -> dict[str, tuple[float, float]]:
+        # the fleet's medians of what the agents measured, per workload class
+        summary = table.fleet_summary(service.clock())
+        return {name: (f.cpu, f.memory) for name, f in summary.classes.items()}
+
     return RepackService(
         settings,
         cluster.list_for_repack,
         service.metrics,
         runner=plan_runner(args, service, cluster),
+        footprints=footprints,
     )
 
 

@@ -10,7 +10,8 @@
   ``GET /api/v1/model`` — the global model's expected-workload vector as the agents report it
   (``workload``).
 * ``POST /repack`` — compute a repacking plan now (optional body ``{"time_limit": s,
-  "dry_run": bool}``); ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
+  "dry_run": bool, "mode": "place" | "balance" | "defragment" | "consolidate"}``);
+  ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
   ``GET /api/v1/repack`` — the repacker's mode and trigger state (``repack.service``).
 * ``GET /`` — the read-only dashboard: static files from ``static/`` polling the JSON API.
 * ``/metrics``, ``/healthz``, ``/readyz`` from ``carico.http_ops``.
@@ -38,12 +39,8 @@ from aiohttp import web
 from carico.http_ops import add_ops_routes
 from scheduler_ext.bodies import BodyBudget, BodyRefused, read_body
 from scheduler_ext.class_fit import NodeClasses
-from scheduler_ext.repack.service import (
-    MAX_REQUEST_BYTES,
-    TRIGGER_HTTP,
-    RunInProgress,
-    parse_run_request,
-)
+from scheduler_ext.repack.request import MAX_REQUEST_BYTES, parse_run_request
+from scheduler_ext.repack.service import TRIGGER_HTTP, RunInProgress
 from scheduler_ext.service import BadRequest, ExtenderService
 from scheduler_ext.wire import Body
 from scheduler_ext.workload import model_view
@@ -239,7 +236,9 @@ def add_repack_routes(app: web.Application, repack: RepackService | None) -> Non
         except ValueError as exc:
             return _refused(request, 400, f"repack: {exc}")
         try:
-            record = await repack.run(TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run)
+            record = await repack.run(
+                TRIGGER_HTTP, time_limit=ask.time_limit, dry_run=ask.dry_run, mode=ask.mode
+            )
         except RunInProgress as exc:
             return _error(409, f"repack: {exc}; retry when it has finished")
         assert record is not None  # only automatic runs skip an unchanged state

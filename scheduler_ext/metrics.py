@@ -157,6 +157,14 @@ class ExtenderMetrics:
             ["kind"],
             registry=r,
         )
+        self.repack_goal_measure = Gauge(
+            "carico_repack_goal_measure",
+            "the balancing goal's measure at its last run, by goal: balance the imbalance, "
+            "defragment the largest free block (share of the largest node), consolidate the "
+            "nodes that could go (docs/architecture.md#balancing)",
+            ["goal"],
+            registry=r,
+        )
         self.repack_executions = Counter(
             "carico_repack_executions",
             "plans executed in apply mode, by outcome (completed, aborted)",

@@ -6,7 +6,8 @@
 * ``lns`` — large-neighbourhood search on a tier's pods;
 * ``refill`` — one LNS refill: the tier's pods on a few chosen nodes;
 * ``choice`` — price-and-branch: integral choices among the pattern LPs' columns;
-* ``knapsack`` — the last-resort pricing of a place-LP column.
+* ``knapsack`` — the last-resort pricing of a place-LP column;
+* ``goals`` — the balancing engine's model of one goal (``docs/architecture.md#balancing``).
 """
 
 # The two formulations of the phase models (``model``), here so that naming them (the command

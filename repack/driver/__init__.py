@@ -15,5 +15,7 @@
 * ``improve`` — the swap search, the undoing of moves and LNS for a share of a phase;
 * ``listing`` — whether a phase's patterns list quickly, and the solve's listings;
 * ``freeze`` — phases below tiers that may disrupt nothing, on the frozen problem;
-* ``planning`` — from the final assignment to a sequenced, checked Plan.
+* ``planning`` — from the final assignment to a sequenced, checked Plan;
+* ``balance`` — the balancing engine: a goal's greedy start, its CP-SAT model, a checked plan
+  (``docs/architecture.md#balancing``).
 """

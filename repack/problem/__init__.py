@@ -10,5 +10,7 @@
   JSON form;
 * ``sequencing`` — an order of steps that never overloads a node;
 * ``checker`` — an independent validation of every plan before it is returned;
-* ``generator`` — benchmark instances generated as in the Priority Matters paper.
+* ``generator`` — benchmark instances generated as in the Priority Matters paper;
+* ``goal_spec`` — what a balancing run is asked for: its goal, bounds and exclusion label;
+* ``goals`` — the balancing engine's view of a snapshot and each goal's measure.
 """

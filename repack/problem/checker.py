@@ -4,12 +4,14 @@ It shares only the snapshot types with the solver: node eligibility, loads, the 
 step simulation are re-implemented here from the pods themselves, so that a bug in the model, in
 the count-to-pod mapping or in sequencing shows up as a rejected plan rather than as a bad
 eviction. ``check`` returns the list of problems; an empty list means the plan is valid.
+``check_goal`` does the same for the balancing engine's plans, recomputing their goal's measure.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from repack.problem.goal_spec import GOAL_RESOURCES, GoalSpec, enough, excluded
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Node, Pod, Snapshot, Taint
 
@@ -239,4 +241,146 @@ def _check_steps(
         1 for s in plan.steps if s.action == "evict-first"
     ):
         errors.append("steps do not carry out exactly the plan's actions")
+    return errors
+
+
+# --- balancing plans (docs/architecture.md#balancing) -------------------------------------------
+
+
+def _goal_measure(
+    snapshot: Snapshot,
+    spec: GoalSpec,
+    usage: Mapping[str, Mapping[str, float]],
+    where: Mapping[str, str | None],
+) -> tuple[float, list[str]]:
+    """The goal's measure of a placement (imbalance, largest free block or nodes that could go)
+    and the nodes that could go, computed from the pods themselves."""
+    pods = {p.key: p for p in snapshot.pods}
+    nodes = {n.name: n for n in snapshot.nodes}
+    on: dict[str, list[Pod]] = {n: [] for n in nodes}
+    for key, at in where.items():
+        if at in on:
+            on[at].append(pods[key])
+    if spec.goal == "consolidate":
+        gone = [
+            name
+            for name, node in nodes.items()
+            if not excluded(node.labels, spec.exclude_label)
+            and all(p.immovable in ("daemonset", "mirror") for p in on[name])
+        ]
+        return float(len(gone)), gone
+    names = [r for r in GOAL_RESOURCES if r in snapshot.resources]
+    if spec.goal == "defragment":
+        biggest = {
+            r: max((n.allocatable.get(r, 0) for n in nodes.values()), default=0) for r in names
+        }
+        best = 0.0
+        for name, node in nodes.items():
+            if node.unschedulable or excluded(node.labels, spec.exclude_label):
+                continue
+            free = [
+                (node.allocatable.get(r, 0) - sum(p.requests.get(r, 0) for p in on[name]))
+                / biggest[r]
+                for r in names
+                if biggest[r] > 0
+            ]
+            best = max(best, min(free, default=0.0))
+        return best, []
+
+    def used(pod: Pod, r: str) -> float:
+        got = usage.get(pod.key)
+        return float(got[r]) if got is not None and r in got else float(pod.requests.get(r, 0))
+
+    cap = {r: sum(n.allocatable.get(r, 0) for n in nodes.values()) for r in names}
+    total = {r: sum(used(p, r) for ps in on.values() for p in ps) for r in names}
+    live = [r for r in names if cap[r] > 0 and total[r] > 0]
+    out = 0.0
+    for name, node in nodes.items():
+        share = sum(node.allocatable.get(r, 0) / cap[r] for r in live) / max(1, len(live))
+        fills = [
+            sum(used(p, r) for p in on[name]) / node.allocatable[r] / (total[r] / cap[r])
+            for r in live
+            if node.allocatable.get(r, 0) > 0
+        ]
+        if len(fills) >= 2:
+            mean = sum(fills) / len(fills)
+            out += share * sum(abs(f - mean) for f in fills) / len(fills)
+    return out, []
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+
+
+def check_goal(
+    snapshot: Snapshot,
+    plan: Plan,
+    spec: GoalSpec,
+    usage: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[str]:
+    """The problems of a balancing plan: only moves of movable pods, none touching a pod or node
+    labelled out, onto nodes that accept them; PDBs with budget; no node over capacity at any
+    step; within the run's bounds; and the claimed measures and gain, recomputed here."""
+    usage = usage or {}
+    report = plan.goal
+    if report is None:
+        return ["a balancing plan without its goal report"]
+    errors: list[str] = []
+    if plan.placements or plan.evictions:
+        errors.append("a balancing plan only moves pods")
+    if report.goal != spec.goal:
+        errors.append(f"plan for goal {report.goal}, asked for {spec.goal}")
+    pods = {p.key: p for p in snapshot.pods}
+    nodes = {n.name: n for n in snapshot.nodes}
+    out = {n.name for n in snapshot.nodes if excluded(n.labels, spec.exclude_label)}
+    budget = {p.key: p.disruptions_allowed for p in snapshot.pdbs}
+    where = {k: p.node for k, p in pods.items() if p.node is not None}
+    for m in plan.moves:
+        pod = pods.get(m.pod)
+        if pod is None:
+            errors.append(f"{m.pod}: no such pod")
+            continue
+        if where.get(m.pod) != pod.node:
+            errors.append(f"{m.pod}: appears in more than one move")
+        if pod.node != m.from_node:
+            errors.append(f"{m.pod}: move from {m.from_node} but it runs on {pod.node}")
+        if pod.immovable:
+            errors.append(f"{m.pod}: moved but immovable ({pod.immovable})")
+        if excluded(pod.labels, spec.exclude_label):
+            errors.append(f"{m.pod}: moved but labelled out ({spec.exclude_label})")
+        if m.from_node in out or m.to_node in out:
+            errors.append(f"{m.pod}: touches a node labelled out ({spec.exclude_label})")
+        if m.to_node not in nodes or m.to_node == m.from_node:
+            errors.append(f"{m.pod}: bad move target {m.to_node}")
+        elif not may_run(pod, nodes[m.to_node]) or nodes[m.to_node].unschedulable:
+            errors.append(f"{m.pod}: not allowed on {m.to_node}")
+        for pdb in pod.pdbs:
+            if budget.get(pdb, 0) < 1:
+                errors.append(f"{m.pod}: its PDB {pdb} allows no disruption")
+        where[m.pod] = m.to_node
+    if errors:
+        return errors
+    touched = {m.from_node for m in plan.moves} | {m.to_node for m in plan.moves}
+    if len(plan.moves) > spec.limits.max_moves:
+        errors.append(f"{len(plan.moves)} moves exceed the bound of {spec.limits.max_moves}")
+    cap = spec.limits.nodes_cap(len(nodes))
+    if len(touched) > cap:
+        errors.append(f"{len(touched)} nodes touched exceed the bound of {cap}")
+    if tuple(sorted(touched)) != tuple(report.touched):
+        errors.append("claimed touched nodes do not match the moves")
+    before, _ = _goal_measure(snapshot, spec, usage, {k: p.node for k, p in pods.items()})
+    after, gone = _goal_measure(snapshot, spec, usage, where)
+    gain = before - after if spec.goal == "balance" else after - before
+    for name, claimed, real in (
+        ("before", report.before, before),
+        ("after", report.after, after),
+        ("gain", report.gain, gain),
+    ):
+        if not _close(claimed, real):
+            errors.append(f"claimed {name} {claimed:.6g} is really {real:.6g}")
+    if spec.goal == "consolidate" and tuple(report.freed) != tuple(gone):
+        errors.append(f"claimed freed nodes {list(report.freed)} are really {gone}")
+    if plan.moves and not enough(spec.goal, gain, before, spec.min_gain):
+        errors.append(f"gain {gain:.6g} is below the minimum (min_gain {spec.min_gain:g})")
+    errors += _check_steps(snapshot, plan, pods, nodes)
     return errors

@@ -91,6 +91,27 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class GoalReport:
+    """What a balancing plan claims (``docs/architecture.md#balancing``); the checker recomputes
+    every figure. ``before``/``after``: the goal's measure (balance: the imbalance, lower is
+    better; defragment: the largest free block, a share of the largest node; consolidate: nodes
+    that could go); ``gain`` the improvement, positive when better."""
+
+    goal: str
+    basis: str  # what the measure is computed on: "telemetry", "requests" or a mix
+    before: float
+    after: float
+    gain: float
+    min_gain: float  # below this the run proposes nothing
+    max_moves: int
+    max_nodes: int  # nodes the plan may touch
+    touched: tuple[str, ...] = ()
+    freed: tuple[str, ...] = ()  # nodes with no pod left but DaemonSet and static pods
+    largest_free: dict[str, int] = field(default_factory=dict)  # per goal resource, after
+    greedy_gain: float = 0.0  # the greedy start's gain, for comparison
+
+
+@dataclass(frozen=True)
 class Plan:
     status: str
     optimal: bool
@@ -106,6 +127,7 @@ class Plan:
     message: str = ""
     owners: dict[str, str] = field(default_factory=dict)  # pod -> "Kind/name"
     uids: dict[str, str] = field(default_factory=dict)
+    goal: GoalReport | None = None  # set by the balancing engine
 
     @property
     def improved(self) -> bool:
@@ -195,4 +217,5 @@ def to_dict(plan: Plan) -> dict[str, Any]:
             for s in plan.steps
         ],
         "phases": [{**asdict(p), "seconds": round(p.seconds, 4)} for p in plan.phases],
+        **({"goal": asdict(plan.goal)} if plan.goal is not None else {}),
     }

@@ -7,5 +7,6 @@
 * ``swap_state`` — the swap search's state and its calls into the compiled kernel;
 * ``swap_kernel`` — the swap search's compiled loops (steps, insertions, rounds of undoing);
 * ``compiled`` — compiling those loops with numba at import, cached on disk where possible;
-* ``relabel`` — relabelling interchangeable nodes so that an assignment moves the fewest pods.
+* ``relabel`` — relabelling interchangeable nodes so that an assignment moves the fewest pods;
+* ``goal_greedy`` — the balancing engine's greedy start for each goal.
 """

@@ -8,7 +8,9 @@ engine inside the extender (docs/architecture.md#repack-execution):
 * ``trigger`` — when pods stuck Unschedulable call for a run (debounce, cooldown, no rerun);
 * ``live`` — raw API list responses to a snapshot, its fingerprint and a plan (the unit of work of
   the extender's solver process);
-* ``service`` — runs, the plan history, dry-run/apply and the ``PlanRunner`` seam of apply mode;
+* ``service`` — runs, the plan history, dry-run/apply and the ``PlanRunner`` seam of apply mode,
+  and the balancing engine's periodic and on-demand runs (docs/architecture.md#balancing);
+* ``request`` — the body of ``POST /repack`` (time limit, dry run, mode) and its validation;
 * ``executor`` — apply mode: the plan's steps one at a time, evictions through the Eviction API,
   plan slots for the replacements, abort on drift or timeout;
 * ``recheck`` — the live state a step is checked against before it runs;

@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from carico.pods import DEFAULT_SCHEDULER
+from carico.pods import DEFAULT_SCHEDULER, class_of_pod
+from repack.problem.goal_spec import GoalSpec
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Snapshot, SnapshotError, parse_list
 
@@ -91,21 +92,55 @@ class Computed:
     pending: tuple[str, ...] = ()  # the pending pods the plan was computed for
 
 
+def measured_use(
+    document: Mapping[str, Any], footprints: Mapping[str, tuple[float, float]]
+) -> dict[str, dict[str, float]]:
+    """Each bound pod's measured use (cpu in millicores, memory in bytes) from the footprint of
+    its workload class, for the pods whose class the agents have measured."""
+    out: dict[str, dict[str, float]] = {}
+    if not footprints:
+        return out
+    for item in document.get("items") or ():
+        if not isinstance(item, Mapping) or item.get("kind") != "Pod":
+            continue
+        if not (item.get("spec") or {}).get("nodeName"):
+            continue
+        found = footprints.get(class_of_pod(item).name)
+        if found is not None:
+            meta = item.get("metadata") or {}
+            key = f"{meta.get('namespace') or 'default'}/{meta.get('name')}"
+            out[key] = {"cpu": found[0] * 1000, "memory": found[1]}
+    return out
+
+
 def compute(
     raws: Sequence[bytes | str],
     options: SolveOptions,
     excluded_namespaces: Iterable[str],
     managed_schedulers: Iterable[str] = (),
     unless: str | None = None,
+    goal: GoalSpec | None = None,
+    footprints: Mapping[str, tuple[float, float]] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Computed:
-    """Merge, parse and solve; skip the solve when the snapshot's fingerprint is ``unless``."""
-    from repack.driver.solver import solve  # in the solver process only (module docstring)
+    """Merge, parse and solve; skip the solve when the snapshot's fingerprint is ``unless``.
+
+    With ``goal`` the balancing engine runs instead of the repacker, measuring use on
+    ``footprints`` (per workload class) where a pod's class has one."""
+    # in the solver process only (module docstring)
+    from repack.driver.balance import rebalance
+    from repack.driver.solver import solve
 
     document = only_pending_of(merge_lists(raws), managed_schedulers)
     snapshot = parse_list(document, excluded_namespaces)
+    usage = measured_use(document, footprints or {}) if goal is not None else {}
     digest = fingerprint(snapshot)
+    if goal is not None:
+        # a new measurement is a new state for the balance goal
+        digest = hashlib.sha256((digest + repr(sorted(usage.items()))).encode()).hexdigest()
     if digest == unless:
         return Computed(digest, None, None)
     pending = tuple(sorted(p.key for p in snapshot.pods if p.pending))
+    if goal is not None:
+        return Computed(digest, snapshot, rebalance(snapshot, goal, options, usage, clock))
     return Computed(digest, snapshot, solve(snapshot, options, clock), pending)

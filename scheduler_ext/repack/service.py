@@ -6,7 +6,12 @@ separate process (``live.compute``), so a solve of any size never stalls the fil
 
 * automatically, from the ``Trigger``: pods of the managed schedulers Unschedulable for longer than
   the debounce window, at most once per cooldown, never twice for the same cluster state;
-* on demand (``POST /repack``, ``run("http")``).
+* on demand (``POST /repack``, ``run("http")``);
+* for the balancing engine (docs/architecture.md#balancing), every ``balance_period`` seconds
+  with the configured goal (``run("period", mode=goal)``), skipped when the cluster is as it was at
+  the last such run; ``POST /repack`` with ``{"mode": goal}`` runs one on demand. The solver
+  process measures the balance goal on the agents' measured footprints (``footprints``) where a
+  pod's workload class has one, else on requests, and the plan says which.
 
 One run at a time: a second request while one is in progress gets ``RunInProgress`` (HTTP 409).
 Every run is logged, counted in the ``carico_repack_*`` metrics and kept in a short history
@@ -27,7 +32,6 @@ Neighbours: ``trigger`` (when), ``live`` (what), ``scheduler_ext.http_server`` (
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import multiprocessing
 import os
@@ -40,7 +44,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES
+from repack.problem.goal_spec import EXCLUDE_LABEL, GOALS, GoalSpec, Limits
 from scheduler_ext.metrics import ExtenderMetrics
+from scheduler_ext.repack.request import (
+    PLACE,
+)
 from scheduler_ext.repack.trigger import Trigger, Unscheduled
 
 if TYPE_CHECKING:
@@ -55,6 +63,7 @@ log = logging.getLogger(__name__)
 MODES = ("dry-run", "apply", "off")
 TRIGGER_UNSCHEDULABLE = "unschedulable"
 TRIGGER_HTTP = "http"
+TRIGGER_PERIOD = "period"
 STATUS_PODS = 20  # stuck pods named by GET /api/v1/repack (the count is always whole)
 
 # (on_list, on_event) -> runs until cancelled: the extender's watch of unbound Pending pods.
@@ -63,6 +72,8 @@ OnUnscheduledEvent = Callable[[Unscheduled], None]
 UnscheduledWatch = Callable[[OnUnscheduledList, OnUnscheduledEvent], Coroutine[Any, Any, None]]
 # Raw API list responses (NodeList, PodList, PodDisruptionBudgetList) or one kubectl-style List.
 Fetch = Callable[[], Awaitable[Sequence[bytes]]]
+# Measured footprints per workload class: (cpu cores, memory bytes), the fleet's medians.
+Footprints = Callable[[], Mapping[str, tuple[float, float]]]
 
 
 @dataclass(frozen=True)
@@ -137,8 +148,18 @@ class RepackSettings:
     managed_schedulers: frozenset[str] = frozenset({"carico-scheduler"})
     workers: int = 0  # CP-SAT workers, 0: every core
     seed: int = 0
+    # the balancing engine: the goal of its periodic runs, their period (0: on demand only),
+    # and the bounds and minimum gain of every balancing run
+    balance_goal: str = "balance"
+    balance_period: float = 0.0
+    balance_limits: Limits = field(default_factory=Limits)
+    exclude_label: str = EXCLUDE_LABEL
 
     def __post_init__(self) -> None:
+        if self.balance_goal not in GOALS:
+            raise ValueError(f"unknown balance goal {self.balance_goal!r}; choose from {GOALS}")
+        if not self.balance_period >= 0:
+            raise ValueError("the balance period must be >= 0 seconds")
         if self.mode not in MODES:
             raise ValueError(f"unknown repack mode {self.mode!r}; choose from {MODES}")
         if not self.debounce >= 0 or not self.cooldown >= 0:
@@ -162,6 +183,7 @@ class PlanRecord:
     plan: dict[str, Any] | None = None
     error: str = ""
     execution: dict[str, Any] | None = None
+    goal: str = PLACE  # the engine's mode: place, or a balancing goal
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -169,56 +191,13 @@ class PlanRecord:
             "timestamp": round(self.timestamp, 3),
             "trigger": self.trigger,
             "mode": self.mode,
+            "goal": self.goal,
             "status": self.status,
             "pending": list(self.pending),
             "error": self.error,
             "plan": self.plan,
             "execution": self.execution,
         }
-
-
-@dataclass(frozen=True)
-class RunRequest:
-    """The optional JSON body of ``POST /repack``."""
-
-    time_limit: float | None = None
-    dry_run: bool = False
-
-
-MAX_REQUEST_BYTES = 4096
-
-
-def parse_run_request(body: bytes | bytearray, max_time_limit: float) -> RunRequest:
-    """``{"time_limit": seconds, "dry_run": bool}``, both optional; an empty body is ``{}``.
-
-    Raises ValueError with a message fit for an HTTP 400."""
-    if len(body) > MAX_REQUEST_BYTES:
-        raise ValueError(f"body larger than {MAX_REQUEST_BYTES} bytes")
-    if not body.strip():
-        return RunRequest()
-    try:
-        doc = json.loads(body)
-    except ValueError as exc:  # UnicodeDecodeError included
-        raise ValueError(f"malformed JSON: {exc}") from exc
-    except RecursionError:
-        raise ValueError("malformed JSON: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise ValueError("the body must be a JSON object")
-    unknown = sorted(set(doc) - {"time_limit", "dry_run"})
-    if unknown:
-        # ascii(): a key may be anything JSON can spell, lone surrogates included.
-        names = ", ".join(ascii(name)[:60] for name in unknown[:5])
-        raise ValueError(f"unknown field(s) {names}; use time_limit, dry_run")
-    limit = doc.get("time_limit")
-    if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int | float):
-            raise ValueError("time_limit must be a number of seconds")
-        if not 0 < limit <= max_time_limit:
-            raise ValueError(f"time_limit must be in (0, {max_time_limit:g}] seconds")
-    dry_run = doc.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ValueError("dry_run must be true or false")
-    return RunRequest(float(limit) if limit is not None else None, dry_run)
 
 
 # The solver process's nice value. It shares the extender container's CPU (one cgroup) with the
@@ -235,6 +214,7 @@ def lower_priority() -> None:
 def load_solver() -> None:
     """Imports the solver, compiling its numba kernels where no cache holds them: done once, in
     the solver process, when the extender starts, never on the extender's event loop."""
+    import repack.driver.balance  # noqa: F401
     import repack.driver.solver  # noqa: F401
 
 
@@ -256,6 +236,7 @@ class RepackService:
         metrics: ExtenderMetrics,
         *,
         runner: PlanRunner | None = None,
+        footprints: Footprints | None = None,
         executor: Callable[[], Executor] = solver_process_pool,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
@@ -271,6 +252,7 @@ class RepackService:
         self.fetch = fetch
         self.metrics = metrics
         self.runner = runner
+        self.footprints = footprints
         self.clock = clock
         self.wall = wall
         self.trigger = Trigger(settings.debounce, settings.cooldown, settings.managed_schedulers)
@@ -280,6 +262,8 @@ class RepackService:
         self._ids = 0
         self._busy = ""  # what is in progress: "" (nothing), "computing", "executing"
         self._execution: asyncio.Task[None] | None = None
+        self._balanced_at: float | None = None  # the last periodic balancing run
+        self._balanced_state: str | None = None  # the cluster state it solved
 
     # -- the trigger's feed (the watch of unbound Pending pods) ---------------------------
 
@@ -315,16 +299,38 @@ class RepackService:
             "cooldown_seconds": s.cooldown,
             "time_limit_seconds": s.time_limit,
             "executor": self.runner is not None,
+            "balance": {
+                "goal": s.balance_goal,
+                "period_seconds": s.balance_period,
+                "max_moves": s.balance_limits.max_moves,
+                "max_nodes": s.balance_limits.max_nodes,
+                "max_share": s.balance_limits.max_share,
+                "min_gain": GoalSpec(s.balance_goal, s.balance_limits).min_gain,
+                "exclude_label": s.exclude_label,
+            },
         }
 
     async def tick(self) -> PlanRecord | None:
-        """Start an automatic run if the trigger says one is due (and none is in progress)."""
-        if self._busy or not self.trigger.due(self.clock()):
+        """Start an automatic run if one is due (and none is in progress): pending pods stuck
+        past the debounce first, else a periodic balancing run."""
+        if self._busy:
             return None
-        return await self.run(TRIGGER_UNSCHEDULABLE)
+        now = self.clock()
+        if self.trigger.due(now):
+            return await self.run(TRIGGER_UNSCHEDULABLE)
+        period = self.settings.balance_period
+        if period > 0 and (self._balanced_at is None or now - self._balanced_at >= period):
+            self._balanced_at = now
+            return await self.run(TRIGGER_PERIOD, mode=self.settings.balance_goal)
+        return None
 
     async def run(
-        self, trigger: str, *, time_limit: float | None = None, dry_run: bool = False
+        self,
+        trigger: str,
+        *,
+        time_limit: float | None = None,
+        dry_run: bool = False,
+        mode: str = PLACE,
     ) -> PlanRecord | None:
         """Compute a plan now; in apply mode (unless ``dry_run``) start executing it.
 
@@ -336,7 +342,7 @@ class RepackService:
         self._busy = "computing"
         executing = False
         try:
-            record, computed = await self._compute(trigger, time_limit, dry_run)
+            record, computed = await self._compute(trigger, time_limit, dry_run, mode)
             if record is None or computed is None:
                 return record
             plan, snapshot = computed.plan, computed.snapshot
@@ -359,7 +365,7 @@ class RepackService:
                 self._busy = ""
 
     async def _compute(
-        self, trigger: str, time_limit: float | None, dry_run: bool
+        self, trigger: str, time_limit: float | None, dry_run: bool, goal: str = PLACE
     ) -> tuple[PlanRecord | None, Computed | None]:
         from repack.driver.options import SolveOptions
         from repack.problem.snapshot import SnapshotError
@@ -372,14 +378,20 @@ class RepackService:
             time_limit=time_limit or s.time_limit, workers=s.workers, seed=s.seed
         )
         # An automatic run skips a state already solved; an operator's request always solves.
-        auto = trigger == TRIGGER_UNSCHEDULABLE
-        unless = self.trigger.last_fingerprint if auto else None
+        # Balancing runs keep their own record of it, and leave the pending pods' trigger be.
+        spec = GoalSpec(goal, s.balance_limits, s.exclude_label) if goal != PLACE else None
+        ran = self.trigger.ran if spec is None else (lambda *_: None)
+        if spec is None:
+            unless = self.trigger.last_fingerprint if trigger == TRIGGER_UNSCHEDULABLE else None
+        else:
+            unless = self._balanced_state if trigger == TRIGGER_PERIOD else None
         stamp = self.wall()
+        footprints = dict(self.footprints()) if spec is not None and self.footprints else {}
         try:
             raws = await self.fetch()
         except Exception as exc:
-            self.trigger.ran(started)
-            return self._failed(trigger, mode, stamp, f"cannot list the cluster: {exc}"), None
+            ran(started)
+            return self._failed(trigger, mode, stamp, f"cannot list the cluster: {exc}", goal), None
         loop = asyncio.get_running_loop()
         try:
             computed = await loop.run_in_executor(
@@ -390,31 +402,38 @@ class RepackService:
                 s.excluded_namespaces,
                 s.managed_schedulers,
                 unless,
+                spec,
+                footprints,
             )
         except SnapshotError as exc:
-            self.trigger.ran(started)
-            return self._failed(trigger, mode, stamp, f"cannot read the cluster: {exc}"), None
+            ran(started)
+            return self._failed(trigger, mode, stamp, f"cannot read the cluster: {exc}", goal), None
         except BrokenProcessPool as exc:
             # The worker died (killed, out of memory): a fresh one next time.
             self._executor = None
-            self.trigger.ran(started)
-            return self._failed(trigger, mode, stamp, f"solver process died: {exc}"), None
+            ran(started)
+            return self._failed(trigger, mode, stamp, f"solver process died: {exc}", goal), None
         except Exception as exc:
             log.exception("repack solve failed")
-            self.trigger.ran(started)
-            return self._failed(trigger, mode, stamp, f"solve failed: {exc}"), None
-        self.trigger.ran(started, computed.fingerprint)
+            ran(started)
+            return self._failed(trigger, mode, stamp, f"solve failed: {exc}", goal), None
+        ran(started, computed.fingerprint)
+        if spec is not None and trigger == TRIGGER_PERIOD:
+            self._balanced_state = computed.fingerprint
         if computed.plan is None:
             log.debug("repack skipped: the cluster is as it was at the last run")
             return None, None
-        return self._record(trigger, mode, stamp, computed.plan, computed.pending), computed
+        record = self._record(trigger, mode, stamp, computed.plan, computed.pending, goal)
+        return record, computed
 
     def _next_id(self) -> int:
         self._ids += 1
         return self._ids
 
-    def _failed(self, trigger: str, mode: str, stamp: float, error: str) -> PlanRecord:
-        record = PlanRecord(self._next_id(), stamp, trigger, mode, "ERROR", error=error)
+    def _failed(
+        self, trigger: str, mode: str, stamp: float, error: str, goal: str = PLACE
+    ) -> PlanRecord:
+        record = PlanRecord(self._next_id(), stamp, trigger, mode, "ERROR", error=error, goal=goal)
         self._history.append(record)
         self.metrics.repack_runs.labels(trigger, "ERROR").inc()
         log.warning(
@@ -427,13 +446,21 @@ class RepackService:
         return record
 
     def _record(
-        self, trigger: str, mode: str, stamp: float, plan: Plan, pending: tuple[str, ...]
+        self,
+        trigger: str,
+        mode: str,
+        stamp: float,
+        plan: Plan,
+        pending: tuple[str, ...],
+        goal: str = PLACE,
     ) -> PlanRecord:
         from repack.problem.plan import to_dict
 
         record = PlanRecord(
-            self._next_id(), stamp, trigger, mode, plan.status, pending, to_dict(plan)
+            self._next_id(), stamp, trigger, mode, plan.status, pending, to_dict(plan), goal=goal
         )
+        if plan.goal is not None:
+            self.metrics.repack_goal_measure.labels(goal).set(plan.goal.before)
         self._history.append(record)
         m = self.metrics
         m.repack_runs.labels(trigger, plan.status).inc()

@@ -262,6 +262,22 @@ function execution(p) {
   return p.mode === "dry-run" ? "not executed (dry-run)" : "–";
 }
 
+// The balancing engine's measure (docs/architecture.md#balancing): imbalance, largest free
+// block (share of the largest node) or nodes that could go, before → after the plan.
+function goalCell(p) {
+  const g = (p.plan || {}).goal;
+  if (!g) return p.goal || "place";
+  const after = p.plan.moves.length ? ` → ${num(g.after, 3)}` : "";
+  return `${g.goal} ${num(g.before, 3)}${after}`;
+}
+
+function goalTrend(plans) {
+  const runs = plans.filter((p) => p.plan && p.plan.goal).reverse();  // oldest first
+  if (!runs.length) return null;
+  return el("p", { class: "note", id: "goal-trend" }, "balancing measure over time: " +
+    runs.map((p) => `${p.plan.goal.goal} ${num(p.plan.goal.before, 3)}`).join(", "));
+}
+
 function planRow(p) {
   const plan = p.plan || {};
   const count = (key) => (plan[key] ? String(plan[key].length) : "–");
@@ -269,6 +285,7 @@ function planRow(p) {
   return el("tr", { "data-plan": String(p.id) },
     el("td", { class: "when" }, new Date(p.timestamp * 1000).toLocaleTimeString()),
     el("td", { class: "trigger" }, p.trigger),
+    el("td", { class: "goal" }, goalCell(p)),
     el("td", { class: "status" }, badge(p.status, PLAN_BADGE[p.status] || "", why)),
     el("td", { class: "moves" }, count("moves")),
     el("td", { class: "placements" }, count("placements")),
@@ -302,9 +319,11 @@ async function refreshRepack() {
       parts.push(el("p", { class: "note" }, "no repack plan yet"));
     } else {
       parts.push(el("table", { id: "repack-plans" },
-        el("thead", {}, el("tr", {}, ...["when", "trigger", "status", "moves", "placements",
-          "evictions", "solve", "execution"].map((h) => el("th", {}, h)))),
+        el("thead", {}, el("tr", {}, ...["when", "trigger", "goal", "status", "moves",
+          "placements", "evictions", "solve", "execution"].map((h) => el("th", {}, h)))),
         el("tbody", {}, ...plans.map(planRow))));
+      const trend = goalTrend(plans);
+      if (trend) parts.push(trend);
       parts.push(planSteps(plans[0]));
     }
     box.replaceChildren(...parts);

@@ -20,7 +20,7 @@ from repack_builders import fragmentation_list
 
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.http_server import HttpServer, build_app, start_http
-from scheduler_ext.repack.service import PlanRunner, RepackService, RepackSettings
+from scheduler_ext.repack.service import Footprints, PlanRunner, RepackService, RepackSettings
 from scheduler_ext.repack.trigger import Unscheduled
 from scheduler_ext.service import ExtenderService
 
@@ -129,6 +129,7 @@ async def make_repacker(
         cluster: InMemoryCluster | None = None,
         runner: PlanRunner | None = None,
         executor: Callable[[], Executor] | None = None,
+        footprints: Footprints | None = None,
         **changes: Any,
     ) -> Repacker:
         clock = SettableClock()
@@ -139,6 +140,7 @@ async def make_repacker(
             cluster.list_for_repack,
             service.metrics,
             runner=runner,
+            footprints=footprints,
             executor=executor or thread_pool,
             clock=clock,
             wall=clock,

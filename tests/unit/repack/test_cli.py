@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from repack_builders import fragmentation_list
+from repack_builders import fragmentation_list, kube_list, node_obj, pod_obj
 
 from carico_app.cli import main
 from repack.problem.plan import STEP_NAMES
@@ -108,3 +108,37 @@ def test_bad_input_exits_2_with_a_message(
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["repack", "--from-file", str(tmp_path / "nope.json")]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_consolidate_mode_reports_the_nodes_that_could_go(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--mode consolidate``: the balancing engine, not the pending pod's repack; three
+    1000m / 2G nodes hold 0.8 cores of pods, a plan frees nodes and says which; ``--usage`` is
+    read and reported as the basis of the balance goal."""
+    sizes = {"node-a": ("300m", "700M"), "node-b": ("200m", "600M"), "node-c": ("300m", "500M")}
+    doc = kube_list(
+        *(node_obj(n) for n in sizes),
+        *(
+            pod_obj(f"{n}-p", cpu, mem, node=n, owner=("ReplicaSet", f"rs-{n}"))
+            for n, (cpu, mem) in sizes.items()
+        ),
+        pod_obj("pending", "300m", "600M", owner=("ReplicaSet", "rs-new")),
+    )
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(doc))
+    args = ["repack", "--from-file", str(path), "--time-limit", "3", "--workers", "2"]
+    assert main([*args, "--mode", "consolidate", "--max-share", "1", "--output", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["placements"] == [] and out["evictions"] == []
+    goal = out["goal"]
+    assert goal["goal"] == "consolidate" and goal["basis"] == "requests"
+    assert goal["gain"] >= 1 and len(goal["freed"]) == goal["after"]
+    moved_from = {m["from"] for m in out["moves"]}
+    assert set(goal["freed"]) <= moved_from  # a node freed is one its pods left
+    usage = tmp_path / "usage.json"
+    usage.write_text(json.dumps({"default/node-a-p": {"cpu": 50, "memory": 1e8}}))
+    assert main([*args, "--mode", "balance", "--usage", str(usage)]) == 0
+    assert "measured on telemetry for 1 of 3 pods" in capsys.readouterr().out
+    usage.write_text(json.dumps({"default/node-a-p": {"cpu": "lots"}}))
+    assert main([*args, "--mode", "balance", "--usage", str(usage)]) == 2
