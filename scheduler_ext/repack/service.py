@@ -214,7 +214,7 @@ def lower_priority() -> None:
 def load_solver() -> None:
     """Imports the solver, compiling its numba kernels where no cache holds them: done once, in
     the solver process, when the extender starts, never on the extender's event loop."""
-    import repack.driver.balance  # noqa: F401
+    import repack.driver.balance
     import repack.driver.solver  # noqa: F401
 
 
