@@ -1,14 +1,16 @@
 """The cluster interface backed by a real API server, through the official ``kubernetes`` client.
 
 The client is synchronous, so calls run in a thread pool and the pod watch runs in its own thread,
-handing events to the event loop with ``call_soon_threadsafe``. Pods are listed and watched with the
-field selector ``status.phase=Pending,spec.nodeName!=`` (bound, not yet running): the API server
-reports a pod leaving that selection (Running, Succeeded, Failed) as a DELETED event, so the watch
-stays small even in a large cluster. Responses are decoded with msgspec from the raw bytes instead
-of the client's slow model deserialisation — which also sidesteps the client's known failure to
-deserialise the ``create_namespaced_pod_binding`` response (kubernetes-client/python#547).
+handing events to the event loop with ``call_soon_threadsafe``. Bindings, the one call made for
+every pod, do not use it: ``apiclient`` posts them from the event loop.
 
-Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodState).
+Pods are listed and watched with the field selector ``status.phase=Pending,spec.nodeName!=``
+(bound, not yet running): the API server reports a pod leaving that selection (Running,
+Succeeded, Failed) as a DELETED event, so the watch stays small even in a large cluster. Responses
+are decoded with msgspec from the raw bytes instead of the client's slow model deserialisation.
+
+Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodState),
+``apiclient`` (bindings).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler_ext import wire
-from scheduler_ext.cluster import BindError, OnEvent, OnList
+from scheduler_ext.apiclient import Binder
+from scheduler_ext.cluster import OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
 from scheduler_ext.repack.evictions import Evicted, EvictionReply
@@ -172,37 +175,17 @@ class KubernetesCluster:
         configuration.connection_pool_maxsize = workers
         self._client = client
         self._api = client.CoreV1Api(client.ApiClient(configuration))
+        # Bindings, one per admitted pod, go from the event loop (apiclient); the official
+        # client serves the rarer calls and the watches.
+        self._binder = Binder(configuration, connections=workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
         self._stop = threading.Event()
         self._watch_stops: list[threading.Event] = []
 
     # -- bind ------------------------------------------------------------------------------
 
-    def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
-        c = self._client
-        body = c.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        try:
-            resp: Any = self._api.create_namespaced_pod_binding(
-                name=name, namespace=namespace, body=body, _preload_content=False
-            )
-            resp.release_conn()
-        except c.ApiException as exc:
-            raise BindError(
-                f"binding {namespace}/{name} to {node} failed: {api_error_message(exc)}"
-            ) from exc
-        except Exception as exc:  # connection errors, timeouts: report, never crash the server
-            raise BindError(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
-
     async def bind(self, pod: PodFacts, node: str) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
-            self._pool, self._bind_sync, pod.namespace, pod.name, pod.uid, node
-        )
+        await self._binder.bind(pod.namespace, pod.name, pod.uid, node)
 
     # -- repack apply mode: evictions ------------------------------------------------------
 
@@ -344,3 +327,4 @@ class KubernetesCluster:
         for stop in self._watch_stops:
             stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        await self._binder.close()
