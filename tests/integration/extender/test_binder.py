@@ -33,7 +33,7 @@ def test_status_message_prefers_the_servers_words() -> None:
     status = {"kind": "Status", "reason": "Conflict", "message": "already assigned", "code": 409}
     assert status_message(409, json.dumps(status).encode()) == "409 Conflict: already assigned"
     assert status_message(500, b"{not json") == "500 b'{not json'"
-    assert status_message(403, b'{"kind":"Status"}') == "403 b'{\"kind\":\"Status\"}'"
+    assert status_message(403, b'{"kind":"Status"}') == '403 b\'{"kind":"Status"}\''
 
 
 class FakeApi:
