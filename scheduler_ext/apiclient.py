@@ -1,4 +1,4 @@
-"""Bindings sent to the API server from the event loop, over kept-alive connections.
+"""Bindings and pod watches on the event loop, over kept-alive connections to the API server.
 
 Carico binds every pod it admits (docs/architecture.md#reservations), so a binding is on the path
 of every pod. Through the official client a binding cost the extender about 2 ms of CPU: a worker
@@ -8,18 +8,36 @@ the extender's HTTP server) on the loop itself, with a pool of kept-alive TLS co
 official client's ``Configuration`` still supplies the server, the CA, a client certificate and
 the bearer token (refreshed by its own hook, as for a projected service-account token).
 
+The pod watches (list, then watch from the list's resourceVersion, and list again after any
+failure) run here too: in a thread of the official client, each event took the GIL from the loop
+in the middle of kube-scheduler's calls, and the watch of unbound pods sees two events per pod.
+
 Neighbours: ``kube`` (the cluster interface that binds through this), ``cluster`` (BindError).
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import aiohttp
 import msgspec
 
 from scheduler_ext.cluster import BindError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+WATCH_TIMEOUT_SECONDS = 300  # the server ends each watch after this; we resume from its last rv
+RETRY_SECONDS = 2.0
+# A service-account token is rotated well before it expires (after 80 % of an hour, at least), so
+# taking the token again every few seconds keeps a rotated one in use long before the old one ends.
+HEADERS_FOR_S = 5.0
 
 # kube-scheduler gives up on an extender's bind after its httpTimeout (5 s by default); a binding
 # still in flight long after that has failed for it anyway.
@@ -80,8 +98,29 @@ def ssl_context_of(configuration: Any) -> ssl.SSLContext | bool:
     return context
 
 
+class WatchError(Exception):
+    """The watch must start again from a new list (an ERROR event: history expired)."""
+
+
+def split_lines(buffer: bytearray, chunk: bytes) -> list[bytes]:
+    """Append ``chunk`` to ``buffer`` and take out the complete lines (without their newline),
+    leaving a partial last line in ``buffer``. Pure.
+
+    >>> buf = bytearray(b'{"a"')
+    >>> split_lines(buf, b':1}\\n{"b":2}\\n{"c"'), bytes(buf)
+    ([b'{"a":1}', b'{"b":2}'], b'{"c"')
+    """
+    buffer += chunk
+    end = buffer.rfind(b"\n")
+    if end < 0:
+        return []
+    lines = [bytes(line) for line in buffer[:end].split(b"\n") if line.strip()]
+    del buffer[: end + 1]
+    return lines
+
+
 class Binder:
-    """Posts Bindings with one aiohttp session, made on first use on the running loop."""
+    """Bindings and watches over one aiohttp session, made on first use on the running loop."""
 
     def __init__(self, configuration: Any, connections: int = 16) -> None:
         self.configuration = configuration
@@ -89,15 +128,21 @@ class Binder:
         self.host = configuration.host.rstrip("/")
         self._ssl = ssl_context_of(configuration)
         self._session: aiohttp.ClientSession | None = None
+        self._cached_headers: dict[str, str] = {}
+        self._headers_at: float | None = None
 
     def _headers(self) -> dict[str, str]:
         # The client's own auth settings: its token under whichever key the loader used, after
-        # its refresh hook (a rotated service-account token) has run.
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        for setting in self.configuration.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        return headers
+        # its refresh hook (a rotated service-account token) has run. The hook re-reads its
+        # configuration each time, so that happens at most every HEADERS_FOR_S, not per pod.
+        now = time.monotonic()
+        if self._headers_at is None or now - self._headers_at >= HEADERS_FOR_S:
+            headers = {"Content-Type": "application/json", "Accept": "application/json"}
+            for setting in self.configuration.auth_settings().values():
+                if setting.get("in") == "header" and setting.get("value"):
+                    headers[setting["key"]] = setting["value"]
+            self._cached_headers, self._headers_at = headers, now
+        return self._cached_headers
 
     def _session_now(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -125,6 +170,85 @@ class Binder:
             raise
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise BindError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+    async def _get(self, path: str, query: dict[str, str]) -> bytes:
+        async with self._session_now().get(
+            f"{self.host}{path}?{urlencode(query)}",
+            headers=self._headers(),
+            proxy=self.configuration.proxy or None,
+        ) as resp:
+            body = await resp.read()
+            if resp.status != 200:
+                raise WatchError(f"list {path}: {status_message(resp.status, body)}")
+            return body
+
+    async def list_then_watch(
+        self,
+        path: str,
+        selector: str,
+        parse_list: Callable[[bytes], tuple[list[T], str]],
+        parse_event: Callable[[dict[str, Any]], T | None],
+        on_list: Callable[[list[T]], None],
+        on_event: Callable[[T], None],
+    ) -> None:
+        """List ``path`` with the field ``selector``, hand the items to ``on_list``, then watch from
+        the list's resourceVersion and hand each parsed event to ``on_event``; after a failure
+        (410 Gone, a dropped connection) wait a moment and list again, since events may have been
+        missed. Runs until cancelled."""
+        while True:
+            try:
+                items, version = parse_list(await self._get(path, {"fieldSelector": selector}))
+                on_list(items)
+                while True:
+                    version = await self._watch(path, selector, version, parse_event, on_event)
+            except asyncio.CancelledError:
+                raise
+            except WatchError as exc:
+                log.info("watch of %s (%s) ended, listing again: %s", path, selector, exc)
+            except Exception as exc:
+                log.warning("watch of %s (%s) failed, listing again: %s", path, selector, exc)
+            await asyncio.sleep(RETRY_SECONDS)
+
+    async def _watch(
+        self,
+        path: str,
+        selector: str,
+        version: str,
+        parse_event: Callable[[dict[str, Any]], T | None],
+        on_event: Callable[[T], None],
+    ) -> str:
+        """One watch request until the server ends it; returns the last resourceVersion seen."""
+        query = {
+            "watch": "1",
+            "fieldSelector": selector,
+            "resourceVersion": version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(WATCH_TIMEOUT_SECONDS),
+        }
+        async with self._session_now().get(
+            f"{self.host}{path}?{urlencode(query)}",
+            headers=self._headers(),
+            proxy=self.configuration.proxy or None,
+            timeout=aiohttp.ClientTimeout(total=None, sock_read=WATCH_TIMEOUT_SECONDS + 60),
+        ) as resp:
+            if resp.status != 200:
+                raise WatchError(f"watch: {status_message(resp.status, await resp.read())}")
+            buffer = bytearray()
+            async for chunk in resp.content.iter_any():
+                for line in split_lines(buffer, chunk):
+                    event = msgspec.json.decode(line)
+                    if not isinstance(event, dict):
+                        continue
+                    if event.get("type") == "ERROR":
+                        raise WatchError(f"error event: {line[:300]!r}")
+                    state = parse_event(event)
+                    if state is not None:
+                        on_event(state)
+                    obj = event.get("object")
+                    meta = obj.get("metadata") if isinstance(obj, dict) else None
+                    if isinstance(meta, dict) and meta.get("resourceVersion"):
+                        version = str(meta["resourceVersion"])
+        return version
 
     async def close(self) -> None:
         if self._session is not None:

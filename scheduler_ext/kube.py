@@ -1,8 +1,8 @@
 """The cluster interface backed by a real API server, through the official ``kubernetes`` client.
 
-The client is synchronous, so calls run in a thread pool and the pod watch runs in its own thread,
-handing events to the event loop with ``call_soon_threadsafe``. Bindings, the one call made for
-every pod, do not use it: ``apiclient`` posts them from the event loop.
+The client is synchronous, so its calls (evictions, the repacker's lists) run in a thread pool.
+Bindings, the one call made for every pod, and the pod watches do not use it: ``apiclient`` runs
+them on the event loop.
 
 Pods are listed and watched with the field selector ``status.phase=Pending,spec.nodeName!=``
 (bound, not yet running): the API server reports a pod leaving that selection (Running,
@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
@@ -36,8 +35,6 @@ log = logging.getLogger(__name__)
 
 BOUND_PENDING = "status.phase=Pending,spec.nodeName!="
 UNBOUND_PENDING = "status.phase=Pending,spec.nodeName="  # what the repack trigger watches
-WATCH_TIMEOUT_SECONDS = 300  # the server ends each watch after this; we resume from its last rv
-RETRY_SECONDS = 2.0
 
 
 class PodStatus(msgspec.Struct):
@@ -62,10 +59,6 @@ class ApiStatus(msgspec.Struct):
     reason: str = ""
     code: int = 0
 
-
-T = TypeVar("T")
-# (parse a raw list response into items and its resourceVersion, parse a raw watch event)
-PodParsers = tuple[Callable[[bytes], tuple[list[T], str]], Callable[[dict[str, Any]], T | None]]
 
 _decode_list = msgspec.json.Decoder(ApiPodList).decode
 _decode_status = msgspec.json.Decoder(ApiStatus).decode
@@ -175,12 +168,10 @@ class KubernetesCluster:
         configuration.connection_pool_maxsize = workers
         self._client = client
         self._api = client.CoreV1Api(client.ApiClient(configuration))
-        # Bindings, one per admitted pod, go from the event loop (apiclient); the official
-        # client serves the rarer calls and the watches.
+        # Bindings, one per admitted pod, and the pod watches run on the event loop
+        # (apiclient); the official client serves the rarer calls.
         self._binder = Binder(configuration, connections=workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
-        self._stop = threading.Event()
-        self._watch_stops: list[threading.Event] = []
 
     # -- bind ------------------------------------------------------------------------------
 
@@ -218,90 +209,12 @@ class KubernetesCluster:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._evict_sync, namespace, name, uid)
 
-    # -- watch -----------------------------------------------------------------------------
-
-    def _list_sync(self, selector: str = BOUND_PENDING) -> Any:
-        resp: Any = self._api.list_pod_for_all_namespaces(
-            field_selector=selector, _preload_content=False
-        )
-        try:
-            return resp.data
-        finally:
-            resp.release_conn()
-
-    def _watch_thread(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_list: Callable[[list[Any]], None],
-        on_event: Callable[[Any], None],
-        selector: str = BOUND_PENDING,
-        parse: PodParsers[Any] | None = None,
-        stop: threading.Event | None = None,
-    ) -> None:
-        from kubernetes import watch
-
-        parse_list, parse_event = parse or (parse_pod_list, parse_watch_event)
-        stopped = stop or self._stop
-        while not stopped.is_set():
-            try:
-                pods, version = parse_list(self._list_sync(selector))
-                loop.call_soon_threadsafe(on_list, pods)
-                while not stopped.is_set():
-                    w = watch.Watch()
-                    for event in w.stream(
-                        self._api.list_pod_for_all_namespaces,
-                        field_selector=selector,
-                        resource_version=version,
-                        allow_watch_bookmarks=True,
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                        deserialize=False,
-                    ):
-                        if stopped.is_set():
-                            w.stop()
-                            break
-                        state = parse_event(event)
-                        if state is not None:
-                            loop.call_soon_threadsafe(on_event, state)
-                        meta = event_object(event).get("metadata") or {}
-                        version = meta.get("resourceVersion") or version
-            except Exception as exc:
-                # 410 Gone (history compacted) and connection failures alike: relist, since
-                # events may have been missed; reconcile() repairs the ledger from the list.
-                if stopped.is_set():
-                    return
-                if isinstance(exc, KeyError):
-                    # The client's own ERROR-event branch (410 Gone) expects a key that
-                    # deserialize=False does not provide; either way the answer is to relist.
-                    log.info("pod watch got an error event (history expired?), relisting")
-                else:
-                    log.warning("pod watch failed, relisting: %s", exc)
-                stopped.wait(RETRY_SECONDS)
+    # -- watch ---------------------------------------------------------------------------
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
-        await self._run_watch("pod-watch", on_list, on_event, BOUND_PENDING, None)
-
-    async def _run_watch(
-        self,
-        name: str,
-        on_list: Callable[[list[T]], None],
-        on_event: Callable[[T], None],
-        selector: str,
-        parse: PodParsers[T] | None,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        stop = threading.Event()  # one per watch, so ending one leaves the others running
-        self._watch_stops.append(stop)
-        thread = threading.Thread(
-            target=self._watch_thread,
-            args=(loop, on_list, on_event, selector, parse, stop),
-            daemon=True,
-            name=name,
+        await self._binder.list_then_watch(
+            "/api/v1/pods", BOUND_PENDING, parse_pod_list, parse_watch_event, on_list, on_event
         )
-        thread.start()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            stop.set()
 
     # -- repacking: the unbound pods and the whole cluster -------------------------------
 
@@ -311,8 +224,14 @@ class KubernetesCluster:
         on_event: Callable[[Unscheduled], None],
     ) -> None:
         """List, then watch unbound Pending pods (the repack trigger's feed) until cancelled."""
-        parsers = (parse_unscheduled_list, parse_unscheduled_event)
-        await self._run_watch("unscheduled-watch", on_list, on_event, UNBOUND_PENDING, parsers)
+        await self._binder.list_then_watch(
+            "/api/v1/pods",
+            UNBOUND_PENDING,
+            parse_unscheduled_list,
+            parse_unscheduled_event,
+            on_list,
+            on_event,
+        )
 
     async def list_for_repack(self) -> list[bytes]:
         """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""
@@ -323,8 +242,5 @@ class KubernetesCluster:
             raise RuntimeError(api_error_message(exc)) from exc
 
     async def close(self) -> None:
-        self._stop.set()
-        for stop in self._watch_stops:
-            stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         await self._binder.close()

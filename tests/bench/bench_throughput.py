@@ -121,8 +121,15 @@ def avails_for(nodes: list[str], pods: int, seed: int) -> dict[str, float]:
 class Extenders:
     """Starts and stops the extender of one configuration, and its capacity feed."""
 
-    def __init__(self, cp: BenchControlPlane, workdir: Path, report_every: float) -> None:
+    def __init__(
+        self,
+        cp: BenchControlPlane,
+        workdir: Path,
+        report_every: float,
+        carico_flags: list[str] | None = None,
+    ) -> None:
         self.cp = cp
+        self.carico_flags = list(carico_flags or [])
         self.workdir = workdir
         self.report_every = report_every
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -164,6 +171,7 @@ class Extenders:
             "86400",
             "--log-level",
             "warning",
+            *self.carico_flags,
         )
         ext.start()
         self.carico, self.pid = ext, ext.proc.pid if ext.proc else None
@@ -316,7 +324,7 @@ def _profile(pid: int | None, into: Path | None, name: str) -> subprocess.Popen[
         return None
     into.mkdir(parents=True, exist_ok=True)
     spy = Path(sys.executable).parent / "py-spy"
-    argv = [str(spy), "record", "-p", str(pid), "-r", "200", "--format", "raw"]
+    argv = [str(spy), "record", "-p", str(pid), "-r", "200", "--format", "raw", "--gil"]
     argv += ["-o", str(into / f"{name}.txt")]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -413,7 +421,7 @@ async def run(args: argparse.Namespace) -> int:
                 have = max(have, nodes)
                 print(f"\n{nodes} nodes ready in {time.monotonic() - t0:.0f} s", flush=True)
                 avails = avails_for(names, pods, args.seed)
-                ext = Extenders(cp, workdir, args.report_every)
+                ext = Extenders(cp, workdir, args.report_every, args.carico_flags.split())
                 for round_ in range(args.rounds):
                     results = []
                     for config in chosen:
@@ -466,6 +474,7 @@ def main() -> int:
     )
     p.add_argument("--rounds", type=int, default=1, help="measure every configuration N times")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--carico-flags", default="", help="more flags for carico extender (one string)")
     p.add_argument(
         "--profile",
         type=Path,
