@@ -57,6 +57,7 @@ from throughput_bed import Api, BenchControlPlane, ScheduledWatch, cpu_seconds, 
 from throughput_stats import (  # noqa: E402
     Histogram,
     count_by,
+    counter,
     histogram,
     over_admitted,
     quantile,
@@ -104,6 +105,7 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)
     over: dict[str, tuple[int, int]] | None = None
     create_rate: float = 0.0
+    retried: float = 0.0  # attempts that did not schedule (unschedulable or error)
 
     @property
     def average(self) -> float:
@@ -301,6 +303,10 @@ async def measure(
             cpu=cpu,
             create_rate=create_rate,
         )
+        attempts = "scheduler_schedule_attempts_total"
+        result.retried = counter(sched, attempts, {"profile": CARICO_PROFILE}) - counter(
+            sched, attempts, {"profile": CARICO_PROFILE, "result": "scheduled"}
+        )
         if ext.metrics_url:
             after = await _scrape(api, ext.metrics_url)
             for verb in ("filter", "prioritize", "bind"):
@@ -346,7 +352,8 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
     print(f"\n{nodes} nodes x {pods} pods (load average {loadavg()})")
     print(
         "config                 pods/s avg   p50   p90   p99  overall  vs alone | "
-        "attempt p50/p99 ms | SLI p50/p99 ms | ext filter/prio/bind p50 ms | over-admitted"
+        "attempt p50/p99 ms | SLI p50/p99 ms | ext filter/prio/bind p50 ms | failed attempts"
+        " | over-admitted"
     )
     for r in results:
         s = summary(r.rates)
@@ -359,7 +366,8 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
             f"{r.config.name:22s} {s.average:10.1f} {s.percentiles[50]:5.0f} "
             f"{s.percentiles[90]:5.0f} {s.percentiles[99]:5.0f} {r.overall:8.1f} {ratio} | "
             f"{_ms(r.attempt, 0.5):>7s}/{_ms(r.attempt, 0.99):<8s} | "
-            f"{_ms(r.sli, 0.5):>6s}/{_ms(r.sli, 0.99):<7s} | {ext:>27s} | {over}"
+            f"{_ms(r.sli, 0.5):>6s}/{_ms(r.sli, 0.99):<7s} | {ext:>27s} | "
+            f"{r.retried:15.0f} | {over}"
         )
     print("\nCPU seconds over the measured phase (ms per pod):")
     names = ("kube-scheduler", "kube-apiserver", "etcd", "extender", "feed", "bench")

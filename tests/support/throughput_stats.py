@@ -130,6 +130,20 @@ def histogram(text: str, name: str, match: Mapping[str, str] | None = None) -> H
     return Histogram(tuple(sorted(by_le.items())), total)
 
 
+def counter(text: str, name: str, match: Mapping[str, str] | None = None) -> float:
+    """The sum of counter ``name``'s series whose labels include ``match``."""
+    want = dict(match or {})
+    total = 0.0
+    for line in text.splitlines():
+        found = _SAMPLE.match(line) if line.startswith(name) else None
+        if found is None or found.group(1) != name:
+            continue
+        labels = dict(_LABEL.findall(found.group(2) or ""))
+        if all(labels.get(k) == v for k, v in want.items()):
+            total += float(found.group(3))
+    return total
+
+
 def quantile(h: Histogram, q: float) -> float:
     """PromQL ``histogram_quantile``: linear within the bucket holding rank ``q·count``; the
     lowest bucket starts at 0; a rank in the ``+Inf`` bucket answers the highest finite bound."""

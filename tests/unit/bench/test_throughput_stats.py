@@ -10,6 +10,7 @@ from throughput_stats import (
     Histogram,
     admissible,
     count_by,
+    counter,
     histogram,
     over_admitted,
     percentile,
@@ -94,6 +95,20 @@ def test_histogram_sums_the_matching_series() -> None:
     )
     assert only.buckets == ((0.001, 1.0), (math.inf, 4.0))
     assert histogram(METRICS, "no_such_metric").count == 0.0
+
+
+def test_counter_sums_the_matching_series_only() -> None:
+    text = (
+        'scheduler_schedule_attempts_total{profile="a",result="scheduled"} 40\n'
+        'scheduler_schedule_attempts_total{profile="a",result="error"} 2\n'
+        'scheduler_schedule_attempts_total{profile="b",result="error"} 5\n'
+        'scheduler_schedule_attempts_total_other{profile="a"} 99\n'
+    )
+    name = "scheduler_schedule_attempts_total"
+    assert counter(text, name) == 47.0
+    assert counter(text, name, {"result": "error"}) == 7.0
+    assert counter(text, name, {"profile": "a", "result": "error"}) == 2.0
+    assert counter(text, "absent") == 0.0
 
 
 def test_quantile_interpolates_within_the_bucket() -> None:
