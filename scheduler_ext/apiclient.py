@@ -187,20 +187,21 @@ class Binder:
         path: str,
         selector: str,
         parse_list: Callable[[bytes], tuple[list[T], str]],
-        parse_event: Callable[[dict[str, Any]], T | None],
+        parse_line: Callable[[bytes], tuple[str, str, T | None]],
         on_list: Callable[[list[T]], None],
         on_event: Callable[[T], None],
     ) -> None:
-        """List ``path`` with the field ``selector``, hand the items to ``on_list``, then watch from
-        the list's resourceVersion and hand each parsed event to ``on_event``; after a failure
-        (410 Gone, a dropped connection) wait a moment and list again, since events may have been
-        missed. Runs until cancelled."""
+        """List ``path`` with the field ``selector`` and hand the items to ``on_list``; then watch
+        from the list's resourceVersion and hand the item ``parse_line`` makes of each event line
+        (with the line's type and resourceVersion) to ``on_event``. After a failure (410 Gone, a
+        dropped connection) wait a moment and list again, since events may have been missed.
+        Runs until cancelled."""
         while True:
             try:
                 items, version = parse_list(await self._get(path, {"fieldSelector": selector}))
                 on_list(items)
                 while True:
-                    version = await self._watch(path, selector, version, parse_event, on_event)
+                    version = await self._watch(path, selector, version, parse_line, on_event)
             except asyncio.CancelledError:
                 raise
             except WatchError as exc:
@@ -214,7 +215,7 @@ class Binder:
         path: str,
         selector: str,
         version: str,
-        parse_event: Callable[[dict[str, Any]], T | None],
+        parse_line: Callable[[bytes], tuple[str, str, T | None]],
         on_event: Callable[[T], None],
     ) -> str:
         """One watch request until the server ends it; returns the last resourceVersion seen."""
@@ -236,18 +237,12 @@ class Binder:
             buffer = bytearray()
             async for chunk in resp.content.iter_any():
                 for line in split_lines(buffer, chunk):
-                    event = msgspec.json.decode(line)
-                    if not isinstance(event, dict):
-                        continue
-                    if event.get("type") == "ERROR":
+                    kind, seen, state = parse_line(line)
+                    if kind == "ERROR":
                         raise WatchError(f"error event: {line[:300]!r}")
-                    state = parse_event(event)
                     if state is not None:
                         on_event(state)
-                    obj = event.get("object")
-                    meta = obj.get("metadata") if isinstance(obj, dict) else None
-                    if isinstance(meta, dict) and meta.get("resourceVersion"):
-                        version = str(meta["resourceVersion"])
+                    version = seen or version
         return version
 
     async def close(self) -> None:

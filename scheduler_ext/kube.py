@@ -19,7 +19,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -32,6 +32,7 @@ from scheduler_ext.repack.evictions import Evicted, EvictionReply
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BOUND_PENDING = "status.phase=Pending,spec.nodeName!="
 UNBOUND_PENDING = "status.phase=Pending,spec.nodeName="  # what the repack trigger watches
@@ -60,7 +61,16 @@ class ApiStatus(msgspec.Struct):
     code: int = 0
 
 
+class PodEvent(msgspec.Struct):
+    type: str = ""
+    object: ApiPod | None = None
+
+
+# A watch line: (event type, the object's resourceVersion, what the event means or None).
+WatchLine = tuple[str, str, T | None]
+
 _decode_list = msgspec.json.Decoder(ApiPodList).decode
+_decode_event = msgspec.json.Decoder(PodEvent).decode
 _decode_status = msgspec.json.Decoder(ApiStatus).decode
 
 
@@ -87,14 +97,19 @@ def event_object(event: dict[str, Any]) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def parse_watch_event(event: dict[str, Any]) -> PodState | None:
-    """A PodState from a raw watch event; None for bookmarks and unknown types."""
-    kind = event.get("type")
-    if kind not in ("ADDED", "MODIFIED", "DELETED"):
-        return None
-    # Watch.stream(deserialize=False) yields the parsed line: {"type", "object"}.
-    pod = msgspec.convert(event_object(event), ApiPod)
-    return pod_state(pod, deleted=kind == "DELETED")
+def parse_watch_line(line: bytes) -> WatchLine[PodState]:
+    """One line of a pod watch, decoded straight into the fields the ledger needs (an ERROR
+    event's Status is not a pod: it is told by its type alone)."""
+    try:
+        event = _decode_event(line)
+    except msgspec.ValidationError:
+        generic = msgspec.json.decode(line)
+        return str(generic.get("type", "")) if isinstance(generic, dict) else "", "", None
+    pod = event.object
+    version = pod.metadata.resourceVersion if pod is not None and pod.metadata else ""
+    if pod is None or event.type not in ("ADDED", "MODIFIED", "DELETED"):
+        return event.type, version, None
+    return event.type, version, pod_state(pod, deleted=event.type == "DELETED")
 
 
 def parse_unscheduled_list(body: bytes) -> tuple[list[Unscheduled], str]:
@@ -110,6 +125,15 @@ def parse_unscheduled_event(event: dict[str, Any]) -> Unscheduled | None:
     if kind not in ("ADDED", "MODIFIED", "DELETED"):
         return None
     return unscheduled_from_object(event_object(event), deleted=kind == "DELETED")
+
+
+def parse_unscheduled_line(line: bytes) -> WatchLine[Unscheduled]:
+    event = msgspec.json.decode(line)
+    if not isinstance(event, dict):
+        return "", "", None
+    meta = event_object(event).get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+    return str(event.get("type", "")), version, parse_unscheduled_event(event)
 
 
 def fetch_cluster_lists(api_client: Any) -> list[bytes]:
@@ -213,7 +237,7 @@ class KubernetesCluster:
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
         await self._binder.list_then_watch(
-            "/api/v1/pods", BOUND_PENDING, parse_pod_list, parse_watch_event, on_list, on_event
+            "/api/v1/pods", BOUND_PENDING, parse_pod_list, parse_watch_line, on_list, on_event
         )
 
     # -- repacking: the unbound pods and the whole cluster -------------------------------
@@ -228,7 +252,7 @@ class KubernetesCluster:
             "/api/v1/pods",
             UNBOUND_PENDING,
             parse_unscheduled_list,
-            parse_unscheduled_event,
+            parse_unscheduled_line,
             on_list,
             on_event,
         )
