@@ -1,5 +1,6 @@
 """The service remembers the facts of recent Pods by their JSON: the prioritize that follows a
-filter reuses them, a changed Pod is never answered with the old facts, and the memory is bounded."""
+filter reuses them, a changed Pod is never answered with the old facts, and the memory is
+bounded."""
 
 from __future__ import annotations
 
