@@ -312,19 +312,19 @@ class ScheduledWatch:
                     elif event.type == "ERROR":
                         raise ApiError(f"watch error: {line[:300]!r}")
 
-    async def wait_for(self, count: int, timeout_s: float) -> None:
-        deadline = self.clock() + timeout_s
+    async def wait_for(self, count: int, budget_s: float) -> bool:
+        """Wait until ``count`` pods are bound or ``budget_s`` has passed; True if all were."""
+        deadline = self.clock() + budget_s
         while len(self.bound_at) < count:
             if self._task is not None and self._task.done():
                 self._task.result()
             left = deadline - self.clock()
             if left <= 0:
-                raise ApiError(
-                    f"{len(self.bound_at)} of {count} pods scheduled after {timeout_s:.0f} s"
-                )
+                return False
             self.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.changed.wait(), min(left, 1.0))
+        return True
 
     async def stop(self) -> None:
         if self._task is not None:
