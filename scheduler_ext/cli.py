@@ -242,7 +242,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--api-workers",
         type=int,
         default=16,
-        help="threads (and connections) for API calls such as bindings",
+        help="connections for bindings and threads for the rarer API calls (evictions, lists)",
     )
     add_env_argument(
         parser,
