@@ -1,21 +1,22 @@
 """The cluster interface backed by a real API server, through the official ``kubernetes`` client.
 
-The client is synchronous, so calls run in a thread pool and the pod watch runs in its own thread,
-handing events to the event loop with ``call_soon_threadsafe``. Pods are listed and watched with the
-field selector ``status.phase=Pending,spec.nodeName!=`` (bound, not yet running): the API server
-reports a pod leaving that selection (Running, Succeeded, Failed) as a DELETED event, so the watch
-stays small even in a large cluster. Responses are decoded with msgspec from the raw bytes instead
-of the client's slow model deserialisation — which also sidesteps the client's known failure to
-deserialise the ``create_namespaced_pod_binding`` response (kubernetes-client/python#547).
+The client is synchronous, so its calls (evictions, the repacker's lists) run in a thread pool.
+Bindings, the one call made for every pod, and the pod watches do not use it: ``apiclient`` runs
+them on the event loop.
 
-Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodState).
+Pods are listed and watched with the field selector ``status.phase=Pending,spec.nodeName!=``
+(bound, not yet running): the API server reports a pod leaving that selection (Running,
+Succeeded, Failed) as a DELETED event, so the watch stays small even in a large cluster. Responses
+are decoded with msgspec from the raw bytes instead of the client's slow model deserialisation.
+
+Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodState),
+``apiclient`` (bindings).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -23,18 +24,18 @@ from typing import Any, TypeVar
 import msgspec
 
 from scheduler_ext import wire
-from scheduler_ext.cluster import BindError, OnEvent, OnList
+from scheduler_ext.apiclient import Binder
+from scheduler_ext.cluster import OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
 from scheduler_ext.repack.evictions import Evicted, EvictionReply
 from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BOUND_PENDING = "status.phase=Pending,spec.nodeName!="
 UNBOUND_PENDING = "status.phase=Pending,spec.nodeName="  # what the repack trigger watches
-WATCH_TIMEOUT_SECONDS = 300  # the server ends each watch after this; we resume from its last rv
-RETRY_SECONDS = 2.0
 
 
 class PodStatus(msgspec.Struct):
@@ -60,11 +61,16 @@ class ApiStatus(msgspec.Struct):
     code: int = 0
 
 
-T = TypeVar("T")
-# (parse a raw list response into items and its resourceVersion, parse a raw watch event)
-PodParsers = tuple[Callable[[bytes], tuple[list[T], str]], Callable[[dict[str, Any]], T | None]]
+class PodEvent(msgspec.Struct):
+    type: str = ""
+    object: ApiPod | None = None
+
+
+# A watch line: (event type, the object's resourceVersion, what the event means or None).
+WatchLine = tuple[str, str, T | None]
 
 _decode_list = msgspec.json.Decoder(ApiPodList).decode
+_decode_event = msgspec.json.Decoder(PodEvent).decode
 _decode_status = msgspec.json.Decoder(ApiStatus).decode
 
 
@@ -91,14 +97,19 @@ def event_object(event: dict[str, Any]) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else {}
 
 
-def parse_watch_event(event: dict[str, Any]) -> PodState | None:
-    """A PodState from a raw watch event; None for bookmarks and unknown types."""
-    kind = event.get("type")
-    if kind not in ("ADDED", "MODIFIED", "DELETED"):
-        return None
-    # Watch.stream(deserialize=False) yields the parsed line: {"type", "object"}.
-    pod = msgspec.convert(event_object(event), ApiPod)
-    return pod_state(pod, deleted=kind == "DELETED")
+def parse_watch_line(line: bytes) -> WatchLine[PodState]:
+    """One line of a pod watch, decoded straight into the fields the ledger needs (an ERROR
+    event's Status is not a pod: it is told by its type alone)."""
+    try:
+        event = _decode_event(line)
+    except msgspec.ValidationError:
+        generic = msgspec.json.decode(line)
+        return str(generic.get("type", "")) if isinstance(generic, dict) else "", "", None
+    pod = event.object
+    version = pod.metadata.resourceVersion if pod is not None and pod.metadata else ""
+    if pod is None or event.type not in ("ADDED", "MODIFIED", "DELETED"):
+        return event.type, version, None
+    return event.type, version, pod_state(pod, deleted=event.type == "DELETED")
 
 
 def parse_unscheduled_list(body: bytes) -> tuple[list[Unscheduled], str]:
@@ -114,6 +125,15 @@ def parse_unscheduled_event(event: dict[str, Any]) -> Unscheduled | None:
     if kind not in ("ADDED", "MODIFIED", "DELETED"):
         return None
     return unscheduled_from_object(event_object(event), deleted=kind == "DELETED")
+
+
+def parse_unscheduled_line(line: bytes) -> WatchLine[Unscheduled]:
+    event = msgspec.json.decode(line)
+    if not isinstance(event, dict):
+        return "", "", None
+    meta = event_object(event).get("metadata") or {}
+    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+    return str(event.get("type", "")), version, parse_unscheduled_event(event)
 
 
 def fetch_cluster_lists(api_client: Any) -> list[bytes]:
@@ -172,37 +192,15 @@ class KubernetesCluster:
         configuration.connection_pool_maxsize = workers
         self._client = client
         self._api = client.CoreV1Api(client.ApiClient(configuration))
+        # Bindings, one per admitted pod, and the pod watches run on the event loop
+        # (apiclient); the official client serves the rarer calls.
+        self._binder = Binder(configuration, connections=workers)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kube")
-        self._stop = threading.Event()
-        self._watch_stops: list[threading.Event] = []
 
     # -- bind ------------------------------------------------------------------------------
 
-    def _bind_sync(self, namespace: str, name: str, uid: str, node: str) -> None:
-        c = self._client
-        body = c.V1Binding(
-            api_version="v1",
-            kind="Binding",
-            metadata=c.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
-            target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
-        )
-        try:
-            resp: Any = self._api.create_namespaced_pod_binding(
-                name=name, namespace=namespace, body=body, _preload_content=False
-            )
-            resp.release_conn()
-        except c.ApiException as exc:
-            raise BindError(
-                f"binding {namespace}/{name} to {node} failed: {api_error_message(exc)}"
-            ) from exc
-        except Exception as exc:  # connection errors, timeouts: report, never crash the server
-            raise BindError(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
-
     async def bind(self, pod: PodFacts, node: str) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(
-            self._pool, self._bind_sync, pod.namespace, pod.name, pod.uid, node
-        )
+        await self._binder.bind(pod.namespace, pod.name, pod.uid, node)
 
     # -- repack apply mode: evictions ------------------------------------------------------
 
@@ -235,90 +233,12 @@ class KubernetesCluster:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._evict_sync, namespace, name, uid)
 
-    # -- watch -----------------------------------------------------------------------------
-
-    def _list_sync(self, selector: str = BOUND_PENDING) -> Any:
-        resp: Any = self._api.list_pod_for_all_namespaces(
-            field_selector=selector, _preload_content=False
-        )
-        try:
-            return resp.data
-        finally:
-            resp.release_conn()
-
-    def _watch_thread(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        on_list: Callable[[list[Any]], None],
-        on_event: Callable[[Any], None],
-        selector: str = BOUND_PENDING,
-        parse: PodParsers[Any] | None = None,
-        stop: threading.Event | None = None,
-    ) -> None:
-        from kubernetes import watch
-
-        parse_list, parse_event = parse or (parse_pod_list, parse_watch_event)
-        stopped = stop or self._stop
-        while not stopped.is_set():
-            try:
-                pods, version = parse_list(self._list_sync(selector))
-                loop.call_soon_threadsafe(on_list, pods)
-                while not stopped.is_set():
-                    w = watch.Watch()
-                    for event in w.stream(
-                        self._api.list_pod_for_all_namespaces,
-                        field_selector=selector,
-                        resource_version=version,
-                        allow_watch_bookmarks=True,
-                        timeout_seconds=WATCH_TIMEOUT_SECONDS,
-                        deserialize=False,
-                    ):
-                        if stopped.is_set():
-                            w.stop()
-                            break
-                        state = parse_event(event)
-                        if state is not None:
-                            loop.call_soon_threadsafe(on_event, state)
-                        meta = event_object(event).get("metadata") or {}
-                        version = meta.get("resourceVersion") or version
-            except Exception as exc:
-                # 410 Gone (history compacted) and connection failures alike: relist, since
-                # events may have been missed; reconcile() repairs the ledger from the list.
-                if stopped.is_set():
-                    return
-                if isinstance(exc, KeyError):
-                    # The client's own ERROR-event branch (410 Gone) expects a key that
-                    # deserialize=False does not provide; either way the answer is to relist.
-                    log.info("pod watch got an error event (history expired?), relisting")
-                else:
-                    log.warning("pod watch failed, relisting: %s", exc)
-                stopped.wait(RETRY_SECONDS)
+    # -- watch ---------------------------------------------------------------------------
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
-        await self._run_watch("pod-watch", on_list, on_event, BOUND_PENDING, None)
-
-    async def _run_watch(
-        self,
-        name: str,
-        on_list: Callable[[list[T]], None],
-        on_event: Callable[[T], None],
-        selector: str,
-        parse: PodParsers[T] | None,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        stop = threading.Event()  # one per watch, so ending one leaves the others running
-        self._watch_stops.append(stop)
-        thread = threading.Thread(
-            target=self._watch_thread,
-            args=(loop, on_list, on_event, selector, parse, stop),
-            daemon=True,
-            name=name,
+        await self._binder.list_then_watch(
+            "/api/v1/pods", BOUND_PENDING, parse_pod_list, parse_watch_line, on_list, on_event
         )
-        thread.start()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            stop.set()
 
     # -- repacking: the unbound pods and the whole cluster -------------------------------
 
@@ -328,8 +248,14 @@ class KubernetesCluster:
         on_event: Callable[[Unscheduled], None],
     ) -> None:
         """List, then watch unbound Pending pods (the repack trigger's feed) until cancelled."""
-        parsers = (parse_unscheduled_list, parse_unscheduled_event)
-        await self._run_watch("unscheduled-watch", on_list, on_event, UNBOUND_PENDING, parsers)
+        await self._binder.list_then_watch(
+            "/api/v1/pods",
+            UNBOUND_PENDING,
+            parse_unscheduled_list,
+            parse_unscheduled_line,
+            on_list,
+            on_event,
+        )
 
     async def list_for_repack(self) -> list[bytes]:
         """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""
@@ -340,7 +266,5 @@ class KubernetesCluster:
             raise RuntimeError(api_error_message(exc)) from exc
 
     async def close(self) -> None:
-        self._stop.set()
-        for stop in self._watch_stops:
-            stop.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        await self._binder.close()

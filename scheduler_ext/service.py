@@ -43,6 +43,12 @@ from scheduler_ext.wire import Body
 log = logging.getLogger(__name__)
 
 RECENT_PODS = 10_000  # pods remembered from filter calls, so bind knows whether one is exempt
+# The facts of the pods last seen in filter and prioritize requests, by the Pod's JSON: the facts
+# are a function of those bytes, and kube-scheduler sends the same Pod to both verbs (and again
+# when it retries), so the second call skips deriving its class and requests. At most this many
+# pods and this many bytes of their JSON; a larger Pod is not kept.
+POD_FACTS_KEPT = 256
+POD_FACTS_BYTES = 16 << 20
 
 
 class BadRequest(Exception):
@@ -187,6 +193,8 @@ class ExtenderService:
         self.slots = SlotTable(self.table)
         self.metrics.repack_slots_open.set_function(lambda: float(self.slots.open_count()))
         self._recent: OrderedDict[str, PodFacts] = OrderedDict()
+        self._pod_facts: OrderedDict[bytes, PodFacts] = OrderedDict()
+        self._pod_facts_bytes = 0
         self._policy = settings.stale_policy.value
         m = self.metrics
         self._count = {
@@ -240,15 +248,32 @@ class ExtenderService:
         if problem is not None:
             raise BadRequest(problem)
 
-    def _args(self, body: Body) -> tuple[PodFacts, Candidates, bool]:
-        args = _decode(wire.decode_args_raw_names, body)
-        assert isinstance(args, wire.ExtenderArgsRawNames)
-        if args.Pod is None:
+    def _facts_of(self, raw: bytes) -> PodFacts:
+        """The checked facts of the Pod whose JSON is ``raw`` (remembered, or derived)."""
+        cache = self._pod_facts
+        found = cache.get(raw)
+        if found is not None:
+            cache.move_to_end(raw)
+            return found
+        pod = _decode(wire.decode_pod, raw, "Pod: ")
+        if pod is None:
             raise BadRequest("missing Pod: the body must be an ExtenderArgs object with a Pod")
-        facts = _facts(args.Pod)
+        assert isinstance(pod, wire.Pod)
+        facts = _facts(pod)
         if not facts.name:
             raise BadRequest("Pod has no metadata.name")
         _check_pod(facts)
+        if len(raw) <= POD_FACTS_BYTES // 4:
+            cache[raw] = facts
+            self._pod_facts_bytes += len(raw)
+            while len(cache) > POD_FACTS_KEPT or self._pod_facts_bytes > POD_FACTS_BYTES:
+                self._pod_facts_bytes -= len(cache.popitem(last=False)[0])
+        return facts
+
+    def _args(self, body: Body) -> tuple[PodFacts, Candidates, bool]:
+        args = _decode(wire.decode_args_raw_names, body)
+        assert isinstance(args, wire.ExtenderArgsRawNames)
+        facts = self._facts_of(bytes(args.Pod))
         raw = bytes(args.NodeNames)
         if raw != b"null":
             return facts, self.decider.candidates(raw, self._names), True

@@ -37,6 +37,7 @@ class ObjectMeta(msgspec.Struct):
     name: str = ""
     namespace: str = ""
     uid: str = ""
+    resourceVersion: str = ""
     annotations: dict[str, str] | None = None
     labels: dict[str, str] | None = None
     ownerReferences: list[OwnerReference] | None = None
@@ -101,10 +102,12 @@ class ExtenderArgs(msgspec.Struct):
 
 
 class ExtenderArgsRawNames(msgspec.Struct):
-    """``ExtenderArgs`` with ``NodeNames`` left undecoded: the decider keeps recently seen
-    candidate lists by their bytes, so a repeated list is neither decoded nor resolved again."""
+    """``ExtenderArgs`` with ``Pod`` and ``NodeNames`` left undecoded: the decider keeps recently
+    seen candidate lists by their bytes, so a repeated list is neither decoded nor resolved again,
+    and the service keeps recent pods' facts by the Pod's bytes, since kube-scheduler sends the
+    same Pod to filter and then to prioritize."""
 
-    Pod: Pod | None = None
+    Pod: msgspec.Raw = msgspec.Raw(b"null")
     Nodes: NodeListNames | None = None
     NodeNames: msgspec.Raw = msgspec.Raw(b"null")
 
@@ -196,6 +199,7 @@ class PreemptionResult(msgspec.Struct):
 decode_args = msgspec.json.Decoder(ExtenderArgs).decode
 decode_args_raw_names = msgspec.json.Decoder(ExtenderArgsRawNames).decode
 decode_names = msgspec.json.Decoder(list[str] | None).decode
+decode_pod = msgspec.json.Decoder(Pod | None).decode
 decode_nodes_raw = msgspec.json.Decoder(NodesRawOnly).decode
 decode_nodes_whole = msgspec.json.Decoder(NodesWhole).decode
 decode_binding = msgspec.json.Decoder(ExtenderBindingArgs).decode

@@ -10,7 +10,7 @@ import pytest
 
 from scheduler_ext import wire
 from scheduler_ext.explain import ENTRY_BYTES, POD_BYTES, ExplainLog
-from scheduler_ext.kube import api_error_message, parse_pod_list, parse_watch_event
+from scheduler_ext.kube import api_error_message, parse_pod_list, parse_watch_line
 from scheduler_ext.pods import facts_from_wire
 
 PAYLOADS = Path(__file__).parents[2] / "integration" / "extender" / "payloads"
@@ -134,12 +134,22 @@ def test_pod_list_and_watch_events_from_the_api() -> None:
 
     running = {**POD, "spec": {**POD["spec"], "nodeName": "n7"}, "status": {"phase": "Running"}}
     # Leaving the field selector arrives as DELETED carrying the new state.
-    event = parse_watch_event({"type": "DELETED", "object": running})
+    running["metadata"] = {**running["metadata"], "resourceVersion": "812"}
+
+    def line(event: dict[str, object]) -> bytes:
+        return json.dumps(event).encode()
+
+    kind, version, event = parse_watch_line(line({"type": "DELETED", "object": running}))
+    assert (kind, version) == ("DELETED", "812")
     assert event is not None and event.deleted and event.phase == "Running" and event.node == "n7"
-    modified = parse_watch_event({"type": "MODIFIED", "object": running})
+    assert event.facts.name == POD["metadata"]["name"]
+    _, _, modified = parse_watch_line(line({"type": "MODIFIED", "object": running}))
     assert modified is not None and not modified.deleted
     bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "9"}}}
-    assert parse_watch_event(bookmark) is None
+    assert parse_watch_line(line(bookmark)) == ("BOOKMARK", "9", None)
+    # an ERROR event carries a Status, whose "status" is no pod status: told by its type
+    gone = {"kind": "Status", "status": "Failure", "reason": "Expired", "code": 410}
+    assert parse_watch_line(line({"type": "ERROR", "object": gone})) == ("ERROR", "", None)
 
 
 def test_api_errors_carry_the_servers_message() -> None:

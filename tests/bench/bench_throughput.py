@@ -1,0 +1,540 @@
+"""Scheduling throughput on the real control plane: kube-scheduler with Carico against
+kube-scheduler alone, modelled on scheduler_perf's SchedulingBasic.
+
+The bed (``throughput_bed``): the e2e tier's etcd, kube-apiserver and kube-scheduler, N bare
+Node objects (no kubelets: a pod counts as scheduled once bound) and, for the extender
+configurations, a capacity report for every node streamed over the extender's gRPC ingest for the
+whole run (``throughput_feed``: one stream per node, a report every ``--report-every`` seconds,
+data stale after three times that; a random avail per node, with room for every pod in all).
+Configurations, measured one after another in the same run: kube-scheduler alone; a trivial
+extender (``throughput_trivial``: every node passes, every score is 0, a bind binds) on Carico's
+HTTP stack; Carico with ``nodeCacheCapable`` true and false, each with and without Carico binding.
+Every extender configuration sets the same verbs (filter, prioritize and, with binding, bind).
+
+For each configuration kube-scheduler is stopped, the M pods (scheduler_perf's pod-default with
+``schedulerName: carico-scheduler``) are created, and kube-scheduler is started with the
+configuration's extender entry: the pods wait for it, so creation is always ahead of scheduling and
+its cost on the API server stays out of the measured phase (``--rate R`` creates them at R/s while
+it runs instead). A watch times each pod's binding; the measured phase ends when every pod is bound
+or after ``--budget`` seconds, and a configuration that ran out of budget is measured on the pods it
+scheduled (the report says so).
+
+Printed per configuration: pods/s as scheduler_perf reports it (average and percentiles of 1 s
+samples from the first scheduled pod) and over the whole phase, kube-scheduler's own
+``scheduler_scheduling_attempt_duration_seconds`` and
+``scheduler_pod_scheduling_sli_duration_seconds`` percentiles and its failed attempts, the
+extender's own request latencies, each component's CPU seconds over the measured phase (where the
+time goes), and the ratios to kube-scheduler alone and to the trivial extender. After each Carico
+configuration every node's bound pods are checked against what the filter admits for its avail
+(``admissible``); with Carico binding an excess fails the benchmark (without it kube-scheduler
+binds, and Carico learns of a binding only from its watch, so a node can be over-admitted by
+design).
+
+Targets: Carico (nodeCacheCapable, Carico binding) >= 0.5 x kube-scheduler alone at 1,000 nodes
+and >= 0.35 x at 5,000; >= 0.9 x the trivial extender.
+
+Run: ``make bench BENCH_ARGS=throughput`` (1,000 nodes x 5,000 pods);
+``make bench BENCH_ARGS="throughput -- --full"`` adds 5,000 nodes x 10,000 pods;
+``python tests/bench/bench_throughput.py --help`` for sizes, rates, budget and configurations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# the e2e tier's harness and the benchmark's figures are top-level modules in these folders
+sys.path[:0] = [str(HERE.parent / "e2e"), str(HERE.parent / "support")]
+
+from e2e_controlplane import _die_with_parent, free_ports, wait_for  # noqa: E402
+from e2e_extender import ExtenderProcess  # noqa: E402
+from throughput_bed import Api, BenchControlPlane, ScheduledWatch, cpu_seconds, loadavg  # noqa: E402
+from throughput_stats import (  # noqa: E402
+    Histogram,
+    count_by,
+    counter,
+    histogram,
+    over_admitted,
+    quantile,
+    samples,
+    summary,
+)
+
+from carico_app.schedconfig import CARICO_PROFILE, DEFAULT_PROFILE, ExtenderConfig  # noqa: E402
+
+NAMESPACE = "throughput"
+TARGET_ALONE = {1000: 0.5, 5000: 0.35}
+TARGET_TRIVIAL = 0.9
+ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
+SLI = "scheduler_pod_scheduling_sli_duration_seconds"
+EXT_LATENCY = "carico_extender_request_duration_seconds"
+
+
+@dataclass(frozen=True)
+class Config:
+    name: str
+    extender: str  # "", "trivial" or "carico"
+    node_cache_capable: bool = True
+    bind: bool = True
+
+
+CONFIGS = (
+    Config("alone", ""),
+    Config("trivial", "trivial"),
+    Config("carico", "carico"),
+    Config("carico-nobind", "carico", bind=False),
+    Config("carico-nodes", "carico", node_cache_capable=False),
+    Config("carico-nodes-nobind", "carico", node_cache_capable=False, bind=False),
+)
+HEADLINE = "carico"  # nodeCacheCapable, Carico binding
+
+
+@dataclass
+class Result:
+    config: Config
+    rates: list[float]
+    overall: float
+    attempt: Histogram
+    sli: Histogram
+    ext: dict[str, Histogram] = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)
+    over: dict[str, tuple[int, int]] | None = None
+    create_rate: float = 0.0
+    retried: float = 0.0  # attempts that did not schedule (unschedulable or error)
+    scheduled: int = 0  # pods bound in the measured phase (all of them unless the budget ended it)
+
+    @property
+    def average(self) -> float:
+        return summary(self.rates).average
+
+
+def avails_for(nodes: list[str], pods: int, seed: int) -> dict[str, float]:
+    """A random avail per node (integers and a third, so the floor of the rule is exercised)
+    whose admissible pods total about 1.5x the pods: some nodes fill, every pod has room."""
+    rng = random.Random(seed)
+    hi = max(2, math.ceil(3 * pods / len(nodes)))
+    return {n: rng.randint(1, hi) + 0.3 for n in nodes}
+
+
+class Extenders:
+    """Starts and stops the extender of one configuration, and its capacity feed."""
+
+    def __init__(
+        self,
+        cp: BenchControlPlane,
+        workdir: Path,
+        report_every: float,
+        carico_flags: list[str] | None = None,
+    ) -> None:
+        self.cp = cp
+        self.carico_flags = list(carico_flags or [])
+        self.workdir = workdir
+        self.report_every = report_every
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.carico: ExtenderProcess | None = None
+        self.pid: int | None = None
+        self.feed_pid: int | None = None
+        self.metrics_url = ""
+
+    def start(self, config: Config, avails: dict[str, float]) -> str:
+        """Start the extender; returns its URL prefix."""
+        if config.extender == "trivial":
+            port = free_ports(1)[0]
+            log = open(self.workdir / "trivial.log", "ab")  # noqa: SIM115
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(HERE / "throughput_trivial.py"),
+                    str(self.cp.kubeconfig),
+                    str(port),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
+            )
+            log.close()
+            self.procs.append(proc)
+            self.pid = proc.pid
+            wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "trivial extender")
+            return f"http://127.0.0.1:{port}/scheduler"
+        stale_after = 3 * self.report_every
+        ext = ExtenderProcess(
+            self.cp.kubeconfig,
+            self.workdir,
+            "--stale-after",
+            f"{stale_after:g}",
+            # no pod runs, so reservations last the whole run; the default 300 s could end
+            # before the 10,000-pod size does
+            "--reservation-ttl",
+            "86400",
+            "--log-level",
+            "warning",
+            *self.carico_flags,
+        )
+        ext.start()
+        self.carico, self.pid = ext, ext.proc.pid if ext.proc else None
+        self.metrics_url = f"{ext.base}/metrics"
+        path = self.workdir / "avails.json"
+        path.write_text(json.dumps(avails))
+        feed_log = open(self.workdir / "feed.log", "ab")  # noqa: SIM115
+        feed = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "throughput_feed.py"),
+                f"127.0.0.1:{ext.grpc_port}",
+                str(path),
+                f"{self.report_every:g}",
+            ],
+            stdout=feed_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        feed_log.close()
+        self.procs.append(feed)
+        self.feed_pid = feed.pid
+
+        def all_reported() -> bool:
+            return _metric(
+                self.metrics_url, 'carico_extender_reports_total{outcome="accepted"}'
+            ) >= len(avails)
+
+        wait_for(all_reported, 120, f"capacity reports of {len(avails)} nodes")
+        return ext.url_prefix
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        self.procs.clear()
+        if self.carico is not None:
+            self.carico.stop()
+        self.carico, self.pid, self.feed_pid, self.metrics_url = None, None, None, ""
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def _metric(url: str, series: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        for line in resp.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def measure(
+    api: Api,
+    cp: BenchControlPlane,
+    ext: Extenders,
+    config: Config,
+    nodes: list[str],
+    pods: int,
+    avails: dict[str, float],
+    rate: float,
+    budget: float,
+    profile: Path | None = None,
+) -> Result:
+    entries = []
+    if config.extender:
+        url = ext.start(config, avails)
+        entries.append(
+            ExtenderConfig(
+                url,
+                bind_verb="bind" if config.bind else "",
+                preempt_verb="",
+                node_cache_capable=config.node_cache_capable,
+            )
+        )
+    try:
+        names = [f"pod-{i:06d}" for i in range(pods)]
+        procs = {
+            "kube-apiserver": cp.components["kube-apiserver"].pid,
+            "etcd": cp.components["etcd"].pid,
+            "extender": ext.pid,
+            "feed": ext.feed_pid,
+            "bench": os.getpid(),
+        }
+        watch = ScheduledWatch(api, NAMESPACE)
+        created: asyncio.Task[tuple[float, float]] | None = None
+        if rate <= 0:
+            # every pod waits before kube-scheduler starts: the creation's own cost (the API
+            # server's above all) is then no part of the measured phase
+            cp.stop_scheduler()
+            first, last = await api.create_pods(NAMESPACE, names, math.inf, CARICO_PROFILE)
+            create_rate = pods / max(1e-9, last - first)
+        await watch.start()
+        ext_before = await _scrape(api, ext.metrics_url) if ext.metrics_url else ""
+        cpu_before = {k: cpu_seconds(p) for k, p in procs.items()}
+        spy = _profile(ext.pid, profile, config.name)
+        cp.restart_scheduler(entries, profiles=(DEFAULT_PROFILE, CARICO_PROFILE))
+        procs["kube-scheduler"] = cp.components["kube-scheduler"].pid
+        cpu_before["kube-scheduler"] = 0.0  # a new process: all its CPU is this run's
+        if rate > 0:
+            created = asyncio.create_task(api.create_pods(NAMESPACE, names, rate, CARICO_PROFILE))
+        await watch.wait_for(pods, budget)
+        if created is not None:
+            first, last = await created
+            create_rate = pods / max(1e-9, last - first)
+        cpu = {k: cpu_seconds(p) - cpu_before[k] for k, p in procs.items()}
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
+            spy.wait(60)
+        await watch.stop()
+        sched = await api.get_url(f"https://127.0.0.1:{cp.scheduler_port}/metrics")
+        times = list(watch.bound_at.values())
+        if not times:
+            raise RuntimeError(f"{config.name}: no pod scheduled in {budget:.0f} s")
+        result = Result(
+            config,
+            samples(times),
+            len(times) / max(1e-9, max(times) - min(times)),
+            histogram(sched, ATTEMPT, {"profile": CARICO_PROFILE, "result": "scheduled"}),
+            histogram(sched, SLI),
+            cpu=cpu,
+            create_rate=create_rate,
+            scheduled=len(times),
+        )
+        attempts = "scheduler_schedule_attempts_total"
+        result.retried = counter(sched, attempts, {"profile": CARICO_PROFILE}) - counter(
+            sched, attempts, {"profile": CARICO_PROFILE, "result": "scheduled"}
+        )
+        if ext.metrics_url:
+            after = await _scrape(api, ext.metrics_url)
+            for verb in ("filter", "prioritize", "bind"):
+                label = {"verb": verb}
+                result.ext[verb] = histogram(after, EXT_LATENCY, label).minus(
+                    histogram(ext_before, EXT_LATENCY, label)
+                )
+        if config.extender == "carico":
+            listed = await api.list_pods(NAMESPACE)
+            bound = count_by(p.spec.nodeName for p in listed.items if p.spec.nodeName)
+            result.over = over_admitted(bound, avails)
+        return result
+    finally:
+        ext.stop()
+        await api.delete_pods(NAMESPACE)
+
+
+def _profile(pid: int | None, into: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the extender into ``into/NAME.txt`` (collapsed stacks), if asked."""
+    if pid is None or into is None:
+        return None
+    into.mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).parent / "py-spy"
+    argv = [str(spy), "record", "-p", str(pid), "-r", "200", "--format", "raw", "--gil"]
+    argv += ["-o", str(into / f"{name}.txt")]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+async def _scrape(api: Api, url: str) -> str:
+    async with api.session.get(url) as resp:
+        return await resp.text()
+
+
+def _ms(h: Histogram, q: float) -> str:
+    v = quantile(h, q)
+    return "-" if math.isnan(v) else f"{v * 1000:.1f}"
+
+
+def report(results: list[Result], nodes: int, pods: int) -> list[str]:
+    """Prints the table and ratios; returns the targets missed (an over-admission included)."""
+    by = {r.config.name: r for r in results}
+    alone = by.get("alone")
+    print(f"\n{nodes} nodes x {pods} pods (load average {loadavg()})")
+    print(
+        "config                 pods/s avg   p50   p90   p99  overall  vs alone | "
+        "attempt p50/p99 ms | SLI p50/p99 ms | ext filter/prio/bind p50 ms | failed attempts"
+        " | over-admitted"
+    )
+    for r in results:
+        s = summary(r.rates)
+        ratio = f"{r.average / alone.average:8.2f}" if alone and alone.average else "       -"
+        ext = "/".join(
+            _ms(r.ext[v], 0.5) if v in r.ext else "-" for v in ("filter", "prioritize", "bind")
+        )
+        over = "-" if r.over is None else f"{len(r.over)} nodes"
+        print(
+            f"{r.config.name:22s} {s.average:10.1f} {s.percentiles[50]:5.0f} "
+            f"{s.percentiles[90]:5.0f} {s.percentiles[99]:5.0f} {r.overall:8.1f} {ratio} | "
+            f"{_ms(r.attempt, 0.5):>7s}/{_ms(r.attempt, 0.99):<8s} | "
+            f"{_ms(r.sli, 0.5):>6s}/{_ms(r.sli, 0.99):<7s} | {ext:>27s} | "
+            f"{r.retried:15.0f} | {over}"
+        )
+    print("\nCPU seconds over the measured phase (ms per pod):")
+    names = ("kube-scheduler", "kube-apiserver", "etcd", "extender", "feed", "bench")
+    print("config                 " + " ".join(f"{n:>16s}" for n in names))
+    for r in results:
+        cells = " ".join(
+            f"{r.cpu.get(n, 0):7.1f} ({1000 * r.cpu.get(n, 0) / r.scheduled:5.2f})" for n in names
+        )
+        print(f"{r.config.name:22s} {cells}")
+    for r in results:
+        if r.scheduled < pods:
+            print(
+                f"{r.config.name}: {r.scheduled} of {pods} pods scheduled within the budget; "
+                "its figures are over those"
+            )
+    print("pods created at " + ", ".join(f"{r.config.name} {r.create_rate:.0f}/s" for r in results))
+    missed = []
+    head, trivial = by.get(HEADLINE), by.get("trivial")
+    target = TARGET_ALONE.get(nodes)
+    if head and alone and alone.average:
+        ratio = head.average / alone.average
+        goal = f" (target >= {target})" if target else ""
+        print(f"{HEADLINE} / alone: {ratio:.2f}{goal}")
+        if target and ratio < target:
+            missed.append(f"{nodes} nodes: {HEADLINE}/alone {ratio:.2f} < {target}")
+    if head and trivial and trivial.average:
+        ratio = head.average / trivial.average
+        print(f"{HEADLINE} / trivial: {ratio:.2f} (target >= {TARGET_TRIVIAL})")
+        if ratio < TARGET_TRIVIAL:
+            missed.append(f"{nodes} nodes: {HEADLINE}/trivial {ratio:.2f} < {TARGET_TRIVIAL}")
+    for r in results:
+        if r.over:
+            worst = sorted(r.over.items(), key=lambda kv: kv[1][1] - kv[1][0])[:3]
+            print(
+                f"{r.config.name}: {len(r.over)} nodes over what their avail admits, e.g. "
+                + ", ".join(f"{n} {b} bound > {a}" for n, (b, a) in worst)
+            )
+            if r.config.bind:
+                missed.append(f"{r.config.name}: over-admitted {len(r.over)} nodes")
+        elif r.over is not None:
+            print(f"{r.config.name}: no node holds more pods than its avail admits")
+    return missed
+
+
+async def run(args: argparse.Namespace) -> int:
+    sizes = sorted(args.size)
+    chosen = [c for c in CONFIGS if c.name in args.configs]
+    print(
+        f"load average at start {loadavg()}; {os.cpu_count()} CPUs; "
+        f"configs {', '.join(c.name for c in chosen)}"
+    )
+    with tempfile.TemporaryDirectory(prefix="carico-throughput-") as tmp:
+        workdir = Path(tmp)
+        cp = BenchControlPlane(workdir)
+        cp.start()
+        api = Api(cp)
+        missed: list[str] = []
+        try:
+            await api.ensure_namespace(NAMESPACE)
+            have = 0
+            for nodes, pods in sizes:
+                names = [f"node-{i:05d}" for i in range(nodes)]
+                t0 = time.monotonic()
+                await api.create_nodes(names[have:])
+                have = max(have, nodes)
+                print(f"\n{nodes} nodes ready in {time.monotonic() - t0:.0f} s", flush=True)
+                avails = avails_for(names, pods, args.seed)
+                ext = Extenders(cp, workdir, args.report_every, args.carico_flags.split())
+                for round_ in range(args.rounds):
+                    results = []
+                    for config in chosen:
+                        r = await measure(
+                            api,
+                            cp,
+                            ext,
+                            config,
+                            names,
+                            pods,
+                            avails,
+                            args.rate,
+                            args.budget,
+                            args.profile,
+                        )
+                        print(
+                            f"  round {round_ + 1} {config.name}: {r.average:.1f} pods/s "
+                            f"(overall {r.overall:.1f})",
+                            flush=True,
+                        )
+                        results.append(r)
+                    missed += report(results, nodes, pods)
+        finally:
+            await api.close()
+            cp.stop()
+    if missed:
+        print("\nMISSED: " + "; ".join(missed))
+        return 1
+    return 0
+
+
+def _size(text: str) -> tuple[int, int]:
+    nodes, _, pods = text.partition("x")
+    return int(nodes), int(pods)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--size", type=_size, action="append", help="NODESxPODS, repeatable (default 1000x5000)"
+    )
+    p.add_argument("--full", action="store_true", help="add 5000x10000")
+    p.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="pods created per second while kube-scheduler runs (0: all of them before it starts)",
+    )
+    p.add_argument(
+        "--report-every",
+        type=float,
+        default=5.0,
+        help="seconds between a node's capacity reports (stale after 3x)",
+    )
+    p.add_argument(
+        "--configs",
+        default=",".join(c.name for c in CONFIGS),
+        help="comma-separated subset of: " + ", ".join(c.name for c in CONFIGS),
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=240.0,
+        help="seconds a configuration may take; a slower one is measured on the pods it "
+        "scheduled by then",
+    )
+    p.add_argument("--rounds", type=int, default=1, help="measure every configuration N times")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--carico-flags", default="", help="more flags for carico extender (one string)")
+    p.add_argument(
+        "--profile",
+        type=Path,
+        help="sample each extender with py-spy (pip install py-spy) into DIR/CONFIG.txt",
+    )
+    args = p.parse_args()
+    args.size = args.size or [(1000, 5000)]
+    if args.full:
+        args.size.append((5000, 10000))
+    args.configs = set(args.configs.split(","))
+    unknown = args.configs - {c.name for c in CONFIGS}
+    if unknown:
+        p.error(f"unknown configurations: {', '.join(sorted(unknown))}")
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""The service remembers the facts of recent Pods by their JSON: the prioritize that follows a
+filter reuses them, a changed Pod is never answered with the old facts, and the memory is
+bounded."""
+
+from __future__ import annotations
+
+from scheduler_ext import service as service_module
+
+from .conftest import MakeExtender, extender_args, pod_object
+
+
+async def test_prioritize_reuses_the_facts_of_the_filtered_pod(
+    make_extender: MakeExtender,
+) -> None:
+    ext = await make_extender()
+    ext.feed("n1", 5.0)
+    pod = pod_object("web-1", spec__schedulerName="carico-scheduler")
+    status, _ = await ext.post("filter", extender_args(pod, ["n1"]))
+    assert status == 200
+    status, _ = await ext.post("prioritize", extender_args(pod, ["n1"]))
+    assert status == 200
+    memo = ext.service._pod_facts
+    assert len(memo) == 1
+    (facts,) = memo.values()
+    assert facts.name == "web-1" and facts.scheduler == "carico-scheduler"
+    assert ext.service._recent["shop/web-1"] is facts
+
+
+async def test_a_changed_pod_is_decided_on_its_new_facts(make_extender: MakeExtender) -> None:
+    ext = await make_extender()
+    ext.feed("n1", 0.5)  # below the threshold: fails every managed pod
+    managed = pod_object("web-1", spec__schedulerName="carico-scheduler")
+    _, reply = await ext.post("filter", extender_args(managed, ["n1"]))
+    assert reply["NodeNames"] == [] and "n1" in reply["FailedNodes"]
+    # the same pod, now of a scheduler Carico does not manage: exempt, so the node passes
+    other = pod_object("web-1", spec__schedulerName="default-scheduler")
+    _, reply = await ext.post("filter", extender_args(other, ["n1"]))
+    assert reply["NodeNames"] == ["n1"]
+    assert len(ext.service._pod_facts) == 2
+
+
+async def test_the_memory_of_pods_is_bounded(make_extender: MakeExtender) -> None:
+    ext = await make_extender()
+    ext.feed("n1", 5.0)
+    kept = service_module.POD_FACTS_KEPT
+    for i in range(kept + 10):
+        status, _ = await ext.post("filter", extender_args(pod_object(f"p-{i}"), ["n1"]))
+        assert status == 200
+    memo = ext.service._pod_facts
+    assert len(memo) == kept
+    assert "p-0" not in {f.name for f in memo.values()}  # the oldest went first
+    assert ext.service._pod_facts_bytes == sum(len(raw) for raw in memo)
