@@ -324,9 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     for goal, oks in verdicts.items():
         print(f"{goal}: 10 s at least the baseline's gain (no more moves at equal gain) on "
               f"{sum(oks)} of {len(oks)} instances")  # fmt: skip
-        held = dominates[goal]
+        wins = dominates[goal]
         print(f"{goal}: 10 s held to the baseline's moves, at least its gain with no more moves "
-              f"on {sum(held)} of {len(held)} instances")  # fmt: skip
+              f"on {sum(wins)} of {len(wins)} instances")  # fmt: skip
     if within_one:
         share = statistics.mean(within_one)
         print(f"consolidate: 10 s frees within one node of the long solve on {sum(within_one)} "
