@@ -1,0 +1,220 @@
+"""Fuzzing the extender's HTTP API with bodies drawn from its own OpenAPI description.
+
+For every verb under the prefix, ``POST /repack`` and the JSON API's query parameters: valid
+documents from the published schemas, and the same documents mutated (wrong types, missing and
+extra fields, huge numbers, NaN and Infinity, deep nesting, duplicate keys, bytes that are not
+UTF-8, truncated and oversized bodies), plus broken HTTP framing on a raw socket, all against a
+real server on 127.0.0.1. Properties: no 5xx, an answer within the request timeout, a refused
+input changes nothing (the JSON API's views, the ledger, the bindings), no request body stays
+held, and the process's memory stays within a bound over the run.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+import psutil
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler_ext.openapi import OPENAPI_PATH
+
+from .conftest import ErrorRecords, LoopThread, budget, tried
+from .mutations import any_json, from_schema, mutated_bytes, mutated_json, strings
+from .servers import MAX_BODY, NODE, NODES, POD, Extender, start_extender, stop_extender
+
+VERBS = ("filter", "prioritize", "bind", "preempt")
+# What a request may be answered: never a 5xx (503 only under concurrent load, not sent here).
+REFUSALS = {400, 404, 405, 413, 415}
+# Growth of the process's resident memory over one fuzz test, after a warm-up: bodies are at most
+# MAX_BODY (64 KiB) and none may be kept, so anything near this bound is a leak, not noise (the
+# allocator's and hypothesis's own bookkeeping stay within a few MB in these runs).
+RSS_GROWTH_BOUND = 48 << 20
+
+
+@pytest.fixture(scope="module")
+def extender(loop_thread: LoopThread, error_log: ErrorRecords) -> Iterator[Extender]:
+    ext = loop_thread.run(start_extender(error_log))
+    yield ext
+    loop_thread.run(stop_extender(ext))
+
+
+@pytest.fixture(scope="module")
+def openapi(extender: Extender) -> dict[str, Any]:
+    status, body = extender.request("GET", OPENAPI_PATH)
+    assert status == 200
+    doc: dict[str, Any] = json.loads(body)
+    return doc
+
+
+def _request_schema(openapi: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
+    op = openapi["paths"][path]["post"]
+    schema = op["requestBody"]["content"]["application/json"]["schema"]
+    return from_schema(schema, openapi["components"]["schemas"])
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {**NODE, "metadata": {**NODE["metadata"], "name": name}}
+
+
+def _realistic(verb: str) -> st.SearchStrategy[Any]:
+    """Bodies as kube-scheduler sends them, on nodes the extender knows (so that the mutations
+    also reach the decisions, not only the decoding)."""
+    names = st.lists(st.sampled_from((*NODES, "gone")), min_size=1, max_size=4)
+    pod = st.just(POD)
+    if verb in ("filter", "prioritize"):
+        cached = st.fixed_dictionaries({"Pod": pod, "Nodes": st.none(), "NodeNames": names})
+        full = names.map(
+            lambda ns: {"Pod": POD, "Nodes": {"items": [_node(n) for n in ns]}, "NodeNames": None}
+        )
+        return st.one_of(cached, full)
+    if verb == "bind":
+        return st.fixed_dictionaries(
+            {
+                "PodName": st.sampled_from(("web-1", "web-2")),
+                "PodNamespace": st.just("shop"),
+                "PodUID": st.sampled_from(("u1", "u2")),
+                "Node": st.sampled_from((*NODES, "gone")),
+            }
+        )
+    victims = st.dictionaries(
+        st.sampled_from(NODES),
+        st.fixed_dictionaries(
+            {"Pods": st.lists(st.fixed_dictionaries({"UID": strings}), max_size=2)},
+            optional={"NumPDBViolations": st.integers(-5, 5)},
+        ),
+        max_size=3,
+    )
+    return st.fixed_dictionaries({"Pod": pod, "NodeNameToMetaVictims": victims})
+
+
+def _refused(verb: str, status: int, body: bytes) -> bool:
+    if status >= 400:
+        return True
+    # bind answers 200 with an Error when it could not bind: a refusal too
+    return verb == "bind" and bool(json.loads(body).get("Error"))
+
+
+def _check_answer(ext: Extender, verb: str, body: bytes, before: dict[str, Any]) -> None:
+    errors = ext.failures()[0]
+    status, reply = ext.request(
+        "POST", f"/scheduler/{verb}", body, {"Content-Type": "application/json"}
+    )
+    assert status == 200 or status in REFUSALS, (verb, status, reply[:300])
+    if status >= 400:
+        error = json.loads(reply)["Error"]
+        assert isinstance(error, str) and error, reply[:300]
+    assert ext.settled() == 0 and ext.failures() == (errors, [])
+    if _refused(verb, status, reply):
+        assert ext.state() == before, (verb, status, reply[:300])
+
+
+@pytest.mark.fuzz("extender HTTP verbs")
+def test_extender_verbs_survive_schema_based_and_mutated_bodies(
+    extender: Extender, openapi: dict[str, Any]
+) -> None:
+    bodies = {
+        verb: mutated_json(
+            st.one_of(_request_schema(openapi, f"/scheduler/{verb}"), _realistic(verb)), MAX_BODY
+        )
+        for verb in VERBS
+    }
+    rss = psutil.Process().memory_info
+    extender.state()  # warm-up: the first answers allocate caches that stay
+    start_rss = rss().rss
+
+    @budget(120)
+    @given(st.sampled_from(VERBS).flatmap(lambda v: st.tuples(st.just(v), bodies[v])))
+    def one(case: tuple[str, bytes]) -> None:
+        verb, body = case
+        tried("extender HTTP verbs")
+        _check_answer(extender, verb, body, extender.state())
+
+    one()
+    assert rss().rss - start_rss < RSS_GROWTH_BOUND
+
+
+@pytest.mark.fuzz("extender POST /repack")
+def test_post_repack_survives_schema_based_and_mutated_bodies(
+    extender: Extender, openapi: dict[str, Any]
+) -> None:
+    schema = openapi["components"]["schemas"]["RunRequest"]
+    valid = from_schema(schema, {})
+    # time_limit bounded small: an accepted body runs a real (dry-run) solve
+    small = st.fixed_dictionaries(
+        {}, optional={"time_limit": st.floats(0.01, 0.2), "dry_run": st.just(True)}
+    )
+    bodies = mutated_json(st.one_of(valid, small), 4096)
+
+    @budget(25)
+    @given(bodies)
+    def one(body: bytes) -> None:
+        tried("extender POST /repack")
+        before, errors = extender.state(), extender.failures()[0]
+        status, reply = extender.request("POST", "/repack", body)
+        assert status in (200, 400, 413), (status, reply[:300])
+        doc = json.loads(reply)
+        assert extender.settled() == 0 and extender.failures() == (errors, [])
+        if status != 200:
+            assert doc["Error"].startswith("repack: "), doc
+            assert extender.state() == before
+
+    one()
+
+
+@pytest.mark.fuzz("extender GET query")
+def test_json_api_query_parameters_are_answered_or_refused(extender: Extender) -> None:
+    values = st.one_of(strings, st.text(), st.integers().map(str), any_json.map(json.dumps))
+
+    @budget(40)
+    @given(
+        st.sampled_from(("/api/v1/explain?pod=", "/api/v1/repack/plans?limit=")),
+        values,
+    )
+    def one(path: str, value: str) -> None:
+        tried("extender GET query")
+        before = extender.state()
+        quoted = urllib.parse.quote(value.encode("utf-8", "surrogatepass"), safe="")
+        status, reply = extender.request("GET", path + quoted)
+        assert status in (200, 400, 404), (path, value, status, reply[:300])
+        json.loads(reply)
+        assert extender.state() == before
+
+    one()
+
+
+FRAMES = (
+    b'POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"Pod"',
+    b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n{}",
+    b"POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+    b"Content-Length: 3\r\n\r\n{}",
+    b"POST /repack HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 4\r\n\r\n"
+    b"\x1f\x8b\x08\x00",
+)
+
+
+@pytest.mark.fuzz("extender HTTP framing")
+def test_broken_http_framing_never_gets_a_5xx(extender: Extender) -> None:
+    frames = st.one_of(st.sampled_from(FRAMES), st.sampled_from(FRAMES).flatmap(mutated_bytes))
+
+    @budget(30)
+    @given(frames)
+    def one(frame: bytes) -> None:
+        tried("extender HTTP framing")
+        before, errors = extender.state(), extender.failures()[0]
+        answer = extender.raw(frame)
+        # Either no answer (the server closed a connection it could not read) or a status line.
+        if answer:
+            status_line = answer.split(b"\r\n", 1)[0]
+            assert status_line.startswith(b"HTTP/"), answer[:200]
+            status = int(status_line.split()[1])
+            assert status < 500, answer[:300]
+        assert extender.settled() == 0 and extender.failures() == (errors, [])
+        assert extender.state() == before
+
+    one()
