@@ -14,20 +14,18 @@ hypothesis tests stay plain functions and talk to them as any client would: over
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-T = TypeVar("T")
+from .servers import ErrorRecords, Extender, LoopThread, start_extender, stop_extender
 
 LONG = os.environ.get("CARICO_FUZZ", "") == "long"
 _CHECKS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
@@ -110,24 +108,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     )
 
 
-# -- servers on a loop of their own -----------------------------------------------------------
-
-
-class LoopThread:
-    """An asyncio loop running in a daemon thread; :meth:`run` waits for a coroutine on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="servers")
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
+# -- servers on a loop of their own (servers.py) ---------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -137,18 +118,6 @@ def loop_thread() -> Iterator[LoopThread]:
     thread.close()
 
 
-class ErrorRecords(logging.Handler):
-    """Every record at ERROR or above, from any logger: a server's traceback (its own or
-    aiohttp's "Error handling request") is a failure even when the client never sees a 500."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.ERROR)
-        self.records: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(f"{record.name}: {record.getMessage()}")
-
-
 @pytest.fixture(scope="module")
 def error_log() -> Iterator[ErrorRecords]:
     handler = ErrorRecords()
@@ -156,3 +125,10 @@ def error_log() -> Iterator[ErrorRecords]:
     root.addHandler(handler)
     yield handler
     root.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def extender(loop_thread: LoopThread, error_log: ErrorRecords) -> Iterator[Extender]:
+    ext = loop_thread.run(start_extender(error_log))
+    yield ext
+    loop_thread.run(stop_extender(ext))

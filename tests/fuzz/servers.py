@@ -7,14 +7,18 @@ state snapshots differ only when a request changed something.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
+import logging
 import socket
+import threading
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext.cluster import InMemoryCluster
@@ -23,14 +27,53 @@ from scheduler_ext.http_server import BUDGET, HttpServer, build_app, start_http
 from scheduler_ext.repack.service import RepackService, RepackSettings
 from scheduler_ext.service import ExtenderService
 
-from .conftest import ErrorRecords
-
 PAYLOADS = Path(__file__).parents[1] / "integration" / "extender" / "payloads"
 POD = json.loads((PAYLOADS / "pod.json").read_text())
 NODE = json.loads((PAYLOADS / "node.json").read_text().replace("NODE_NAME", "n1"))
 NODES = ("n1", "n2", "n3")
 MAX_BODY = 64 << 10  # small, so that oversized bodies cost little to send
 TIMEOUT = 10.0  # seconds a request may take before it counts as a hang
+
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop running in a daemon thread; :meth:`run` waits for a coroutine on it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="servers")
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 60.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.run(self._cancel_rest())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+    @staticmethod
+    async def _cancel_rest() -> None:
+        """Cancel what the servers left running (connections closing) and let it unwind."""
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+
+class ErrorRecords(logging.Handler):
+    """Every record at ERROR or above, from any logger: a server's traceback (its own or
+    aiohttp's "Error handling request") is a failure even when the client never sees a 500."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.records: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(f"{record.name}: {record.getMessage()}")
 
 
 class FixedClock:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -23,9 +22,9 @@ from hypothesis import strategies as st
 
 from scheduler_ext.openapi import OPENAPI_PATH
 
-from .conftest import ErrorRecords, LoopThread, budget, tried
+from .conftest import budget, tried
 from .mutations import any_json, from_schema, mutated_bytes, mutated_json, strings
-from .servers import MAX_BODY, NODE, NODES, POD, Extender, start_extender, stop_extender
+from .servers import MAX_BODY, NODE, NODES, POD, Extender
 
 VERBS = ("filter", "prioritize", "bind", "preempt")
 # What a request may be answered: never a 5xx (503 only under concurrent load, not sent here).
@@ -34,13 +33,6 @@ REFUSALS = {400, 404, 405, 413, 415}
 # MAX_BODY (64 KiB) and none may be kept, so anything near this bound is a leak, not noise (the
 # allocator's and hypothesis's own bookkeeping stay within a few MB in these runs).
 RSS_GROWTH_BOUND = 48 << 20
-
-
-@pytest.fixture(scope="module")
-def extender(loop_thread: LoopThread, error_log: ErrorRecords) -> Iterator[Extender]:
-    ext = loop_thread.run(start_extender(error_log))
-    yield ext
-    loop_thread.run(stop_extender(ext))
 
 
 @pytest.fixture(scope="module")
