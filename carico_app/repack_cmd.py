@@ -65,10 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _read(path: str) -> Any:
-    if path == "-":
-        return json.load(sys.stdin)
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    try:
+        if path == "-":
+            return json.load(sys.stdin)
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except RecursionError:
+        # json gives up on deep nesting with Python's recursion limit, not a JSONDecodeError
+        raise ValueError(f"{path}: the JSON is nested too deeply") from None
 
 
 def render_table(plan: Plan, out: TextIO) -> None:
