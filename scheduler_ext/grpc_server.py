@@ -91,7 +91,7 @@ async def start_grpc(
 ) -> GrpcServer:
     """Serve CapacityIngest on ``address`` (``host:0`` picks a free port)."""
     server = grpc.aio.server()
-    handler = grpc.stream_unary_rpc_method_handler(
+    handler: grpc.RpcMethodHandler = grpc.stream_unary_rpc_method_handler(
         CapacityIngestServicer(service).Report,
         request_deserializer=None,  # bytes: Report parses (and refuses) each report itself
         response_serializer=capacity_pb2.ReportSummary.SerializeToString,
