@@ -98,7 +98,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not TRIED:
         return
     write = terminalreporter.write_line
-    write(f"fuzz budget: {'fuzz-long' if LONG else 'fuzz'} (max_examples {PROFILE.max_examples})")
+    if LONG:
+        write(f"fuzz budget: fuzz-long, up to {PROFILE.max_examples} examples per test, random")
+    else:
+        write("fuzz budget: fuzz, each test's own small budget, derandomised")
     write(f"{'surface':<28} {'inputs':>8} {'seconds':>9}")
     for surface in sorted(TRIED):
         write(f"{surface:<28} {TRIED[surface]:>8} {SECONDS.get(surface, 0.0):>9.1f}")

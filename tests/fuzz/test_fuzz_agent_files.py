@@ -61,7 +61,7 @@ def _write(path: Path, data: bytes) -> None:
 def test_proc_source_never_raises_on_mutated_kernel_files(root: Path) -> None:
     proc = root / "proc"
 
-    @budget(120)
+    @budget(200)
     @given(_files(STAT), _files(MEMINFO), _files(PSI), _files(PSI))
     def one(stat: bytes, meminfo: bytes, cpu_psi: bytes, memory_psi: bytes) -> None:
         tried("agent procfs", 4)
@@ -90,7 +90,7 @@ def test_cgroup_reader_never_raises_on_mutated_pod_files(root: Path) -> None:
     cgroup = root / "cgroup"
     pod = cgroup / POD_DIR
 
-    @budget(120)
+    @budget(200)
     @given(_files(CPU_STAT), _files(MEMORY_CURRENT), _files(MEMORY_STAT))
     def one(cpu_stat: bytes, memory_current: bytes, memory_stat: bytes) -> None:
         tried("agent cgroup", 3)

@@ -119,7 +119,7 @@ def test_extender_verbs_survive_schema_based_and_mutated_bodies(
     extender.state()  # warm-up: the first answers allocate caches that stay
     start_rss = rss().rss
 
-    @budget(120)
+    @budget(250)
     @given(st.sampled_from(VERBS).flatmap(lambda v: st.tuples(st.just(v), bodies[v])))
     def one(case: tuple[str, bytes]) -> None:
         verb, body = case
@@ -142,7 +142,7 @@ def test_post_repack_survives_schema_based_and_mutated_bodies(
     )
     bodies = mutated_json(st.one_of(valid, small), 4096)
 
-    @budget(25)
+    @budget(50)
     @given(bodies)
     def one(body: bytes) -> None:
         tried("extender POST /repack")
@@ -162,7 +162,7 @@ def test_post_repack_survives_schema_based_and_mutated_bodies(
 def test_json_api_query_parameters_are_answered_or_refused(extender: Extender) -> None:
     values = st.one_of(strings, st.text(), st.integers().map(str), any_json.map(json.dumps))
 
-    @budget(40)
+    @budget(80)
     @given(
         st.sampled_from(("/api/v1/explain?pod=", "/api/v1/repack/plans?limit=")),
         values,
@@ -194,7 +194,7 @@ FRAMES = (
 def test_broken_http_framing_never_gets_a_5xx(extender: Extender) -> None:
     frames = st.one_of(st.sampled_from(FRAMES), st.sampled_from(FRAMES).flatmap(mutated_bytes))
 
-    @budget(30)
+    @budget(60)
     @given(frames)
     def one(frame: bytes) -> None:
         tried("extender HTTP framing")

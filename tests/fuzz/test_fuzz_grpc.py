@@ -155,7 +155,7 @@ def test_aggregator_exchanges_survive_mutated_models_and_raw_bytes(
     streaming = agg_channel.stream_stream(f"/{SERVICE_NAME}/ExchangeStream", **identity)
     bodies = st.one_of(local_models.map(lambda m: m.SerializeToString()), raw_of(local_models))
 
-    @budget(80)
+    @budget(200)
     @given(bodies, st.booleans())
     def one(request: bytes, stream: bool) -> None:
         tried("aggregator gRPC")
@@ -211,7 +211,7 @@ def test_capacity_ingest_survives_mutated_reports_and_raw_bytes(
         max_size=3,
     )
 
-    @budget(80)
+    @budget(150)
     @given(streams)
     def one(stream: list[bytes]) -> None:
         tried("extender CapacityIngest", len(stream))

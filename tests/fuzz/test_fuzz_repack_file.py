@@ -58,7 +58,7 @@ def workdir() -> Iterator[Path]:
 def test_repack_from_file_answers_every_mutated_dump(workdir: Path) -> None:
     path = workdir / "cluster.json"
 
-    @budget(30)
+    @budget(60)
     @given(mutated_json(documents, 0))
     def one(content: bytes) -> None:
         tried("carico repack --from-file")
