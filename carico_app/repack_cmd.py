@@ -64,6 +64,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped: a message may quote the input's own strings
+    (a resource named ``"\\r"``), and the error must stay one line.
+
+    >>> one_line("memory\\n: bad")
+    'memory\\\\n: bad'
+    """
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _read(path: str) -> Any:
     try:
         if path == "-":
@@ -163,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except (OSError, json.JSONDecodeError, SnapshotError, ValueError) as exc:
-        print(f"carico repack: {exc}", file=sys.stderr)
+        print(f"carico repack: {one_line(str(exc))}", file=sys.stderr)
         return 2
     plan = solve(snapshot, options)
     if args.output == "json":

@@ -111,7 +111,7 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 # Found by the fuzz tier: each of these ended in a traceback (IndexError, AttributeError,
-# OverflowError, RecursionError) instead of a one-line error or a plan.
+# OverflowError, RecursionError), or an error of two lines, instead of a one-line error or a plan.
 FUZZ_FOUND = {
     "pods without nodes": None,  # filled below: a valid pending pod and no Node object
     "containers not a list": '{"items": [{"kind": "Pod", "metadata": {"name": "p"},'
@@ -125,6 +125,9 @@ FUZZ_FOUND = {
     "memory of 10^30 bytes": '{"items": [{"kind": "Node", "metadata": {"name": "n"},'
     ' "status": {"allocatable": {"cpu": "1", "memory": "1000000000000000000000000000000"}}}]}',
     "nesting deeper than the recursion limit": "[" * 100_000 + "]" * 100_000,
+    # the message quoted the resource's name, a carriage return, and became two lines
+    "a resource named by a control character": '{"items": [{"kind": "Node", "metadata":'
+    ' {"name": "n"}, "status": {"allocatable": {"cpu": "1", "\\r": null}}}]}',
 }
 
 
