@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile real-node real-node-burst
+.PHONY: install test lint unit fuzz demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile real-node real-node-burst
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not real_node"
 	$(VENV)/bin/pytest -m "real_node and not burst" tests/e2e
+
+# The fuzz tier with its long budget (make test runs it with a small one, within a minute): every
+# input surface of docs/testing.md#fuzzing, FUZZ_EXAMPLES inputs per test, freshly drawn each run;
+# prints the inputs tried and the seconds spent per surface.
+FUZZ_EXAMPLES ?= 1500
+fuzz: $(STAMP)
+	CARICO_FUZZ=long CARICO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -n 2 -m fuzz tests/fuzz
 
 # The real node's burst through carico-scheduler against default-scheduler (prints both). Not in
 # make test yet: Carico over-admits by one pod or finishes the job 1.23-1.29x later in about

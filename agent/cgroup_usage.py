@@ -80,7 +80,8 @@ def pod_uid(name: str) -> str | None:
 
 def _integer(data: bytes) -> int:
     text = data.strip()
-    if not text.isdigit():
+    # 20 digits at most: a 64-bit counter (hundreds of digits would overflow a float later)
+    if not text.isdigit() or len(text) > 20:
         raise ValueError(f"not a counter: {data[:40]!r}")
     return int(text)
 

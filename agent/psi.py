@@ -17,14 +17,17 @@ import re
 from dataclasses import dataclass
 
 _AVG = r"\d+(?:\.\d+)?"
-_LINE = re.compile(rf"(some|full) avg10={_AVG} avg60={_AVG} avg300={_AVG} total=(\d+)")
+# A total is a 64-bit counter: at most 20 digits. More is no kernel's output, and a number of
+# hundreds of digits would overflow the float of the pressure fraction.
+_TOTAL = r"(\d{1,20})"
+_LINE = re.compile(rf"(some|full) avg10={_AVG} avg60={_AVG} avg300={_AVG} total={_TOTAL}")
 # The whole file as the kernel writes it, in one match: the common case costs one C call instead
 # of a Python loop over the lines (at 10 Hz with cold caches, about half the parse). Anything else
 # (blank lines, stray spaces, a bad line) goes through the line-by-line parser, which says what is
 # wrong.
 _FILE = re.compile(
-    rf"some avg10={_AVG} avg60={_AVG} avg300={_AVG} total=(\d+)\n"
-    rf"(?:full avg10={_AVG} avg60={_AVG} avg300={_AVG} total=(\d+)\n?)?"
+    rf"some avg10={_AVG} avg60={_AVG} avg300={_AVG} total={_TOTAL}\n"
+    rf"(?:full avg10={_AVG} avg60={_AVG} avg300={_AVG} total={_TOTAL}\n?)?"
 )
 
 

@@ -201,7 +201,8 @@ def parse_meminfo_head(data: bytes) -> tuple[int, int] | None:
 
 def _kb(rest: bytes) -> int:
     fields = rest.split()
-    if not fields or not fields[0].isdigit():
+    # 20 digits at most: a 64-bit count of kB (hundreds of digits would overflow a float later)
+    if not fields or not fields[0].isdigit() or len(fields[0]) > 20:
         raise ValueError(f"bad meminfo value {rest[:30]!r}")
     return int(fields[0])
 

@@ -110,11 +110,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped: a message may quote the input's own strings
+    (a resource named ``"\\r"``), and the error must stay one line.
+
+    >>> one_line("memory\\n: bad")
+    'memory\\\\n: bad'
+    """
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _read(path: str) -> Any:
-    if path == "-":
-        return json.load(sys.stdin)
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+    try:
+        if path == "-":
+            return json.load(sys.stdin)
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except RecursionError:
+        # json gives up on deep nesting with Python's recursion limit, not a JSONDecodeError
+        raise ValueError(f"{path}: the JSON is nested too deeply") from None
 
 
 def render_table(plan: Plan, out: TextIO) -> None:
@@ -243,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
         )
         usage = _usage(_read(args.usage)) if args.usage else None
     except (OSError, json.JSONDecodeError, SnapshotError, ValueError) as exc:
-        print(f"carico repack: {exc}", file=sys.stderr)
+        print(f"carico repack: {one_line(str(exc))}", file=sys.stderr)
         return 2
     if args.mode == "place":
         plan = solve(snapshot, options)

@@ -7,7 +7,9 @@ bodies are read here, chunk by chunk: a compressed body is inflated with zlib's 
 so no more than the limit plus one byte is ever produced, and what is not gzip (or deflate) is a
 400. Every body held counts against one :class:`BodyBudget` shared by all requests, so the memory
 that concurrent (or deliberately slow) uploads can pin is bounded too; past it a request is
-answered 503 and retried by its client (docs/architecture.md#failure-behaviour).
+answered 503 and retried by its client (docs/architecture.md#failure-behaviour). A body that ends
+before its ``Content-Length`` (or last chunk) because the client went away is the client's fault
+too: a 400 (which nobody reads) counted and logged as a bad request, not an internal error.
 
 Neighbours: ``http_server`` (the handlers call :func:`read_body`).
 """
@@ -19,7 +21,7 @@ import zlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from aiohttp import web
+from aiohttp import ClientPayloadError, web
 
 INFLATE_STEP = 1 << 20  # bytes inflated per zlib call: no large transient output buffers
 # What Content-Encoding may say, and the zlib window bits that decode it (32 + 15: gzip or zlib
@@ -84,7 +86,7 @@ async def read_body(
         body.extend(data)
 
     try:
-        async for chunk in request.content.iter_any():
+        async for chunk in _chunks(request):
             if inflate is None:
                 add(chunk)
                 continue
@@ -110,6 +112,15 @@ async def read_body(
         # few refused bodies of the limit's size would be that many times the limit.
         with contextlib.suppress(BufferError):
             body.clear()
+
+
+async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
+    """The body's chunks as they arrive; a connection lost before its end is a refusal."""
+    try:
+        async for chunk in request.content.iter_any():
+            yield chunk
+    except (ConnectionResetError, ClientPayloadError) as exc:
+        raise BodyRefused(400, f"the body ended before its announced length: {exc}") from None
 
 
 def _too_large(max_bytes: int) -> BodyRefused:

@@ -50,9 +50,26 @@ from scheduler_ext.shape import DEFAULT_WEIGHTS, ScoreShape, parse_shape, parse_
 log = logging.getLogger("scheduler_ext")
 
 
+def http_host(host: str | None, tls: bool) -> str:
+    """The HTTP listen address: the one given, else every address with TLS and loopback without
+    (the extender verbs carry no authentication of their own: docs/architecture.md#security).
+
+    >>> http_host(None, False), http_host(None, True), http_host("10.0.0.5", False)
+    ('127.0.0.1', '0.0.0.0', '10.0.0.5')
+    """
+    if host:
+        return host
+    return "0.0.0.0" if tls else "127.0.0.1"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("listening")
-    add_env_argument(net, "--host", default="0.0.0.0", help="HTTP listen address")
+    add_env_argument(
+        net,
+        "--host",
+        help="HTTP listen address; unset: 0.0.0.0 with --tls-cert, else 127.0.0.1 (plain HTTP "
+        "stays on loopback unless an address is given)",
+    )
     add_env_argument(net, "--port", type=port, default=8888, help="HTTP port (0: any free)")
     add_env_argument(
         net,
@@ -449,10 +466,11 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
     grpc_server = await start_grpc(service, f"{args.grpc_host}:{args.grpc_port}", grpc_creds)
     service.readiness.capacity_listening = True
     app = build_app(service, prefix=args.prefix, max_body=args.max_body_bytes, repack=repack)
-    http = await start_http(app, args.host, args.port, ssl_context)
+    host = http_host(args.host, bool(args.tls_cert))
+    http = await start_http(app, host, args.port, ssl_context)
     scheme = "https" if ssl_context else "http"
     print(
-        f"carico extender: {scheme}://{args.host}:{http.port}{args.prefix.rstrip('/')}"
+        f"carico extender: {scheme}://{host}:{http.port}{args.prefix.rstrip('/')}"
         f" · gRPC CapacityIngest on {args.grpc_host}:{grpc_server.port}"
         f"{' (TLS)' if grpc_creds else ''} · {'in-memory cluster' if args.no_kube else 'kube'}"
         f" · repack {args.repack_mode}",

@@ -3,7 +3,9 @@
 Each ``Report`` stream is one agent connection; its reports go to the capacity table in order. A
 refused report (invalid, duplicate, out of order) is counted and skipped — the stream stays open,
 because one bad sample must not cut a node off — and the final ``ReportSummary`` says how many were
-accepted and refused and why the last one was refused. Optional mTLS via ``carico.tls``.
+accepted and refused and why the last one was refused. A report that does not even parse as a
+``NodeCapacity`` is refused the same way (without the servicer parsing reports itself, gRPC would
+end the whole stream with ``UNKNOWN``). Optional mTLS via ``carico.tls``.
 Neighbours: ``service`` (ingest), ``capacity`` (ordering and validation rules), ``cli``.
 """
 
@@ -14,8 +16,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from protos.carico.v1 import capacity_pb2, capacity_pb2_grpc
+from protos.carico.v1 import capacity_pb2
 from scheduler_ext.capacity import Ingest
 from scheduler_ext.service import ExtenderService
 
@@ -31,21 +34,33 @@ class _Stream:
         self.peer = peer
 
 
-class CapacityIngestServicer(capacity_pb2_grpc.CapacityIngestServicer):
+SERVICE_NAME = "carico.v1.CapacityIngest"
+
+
+class CapacityIngestServicer:
+    """``Report``, registered with the reports as bytes: it parses each one itself."""
+
     def __init__(self, service: ExtenderService) -> None:
         self.service = service
 
     async def Report(
-        self,
-        request_iterator: AsyncIterator[capacity_pb2.NodeCapacity],
-        context: grpc.aio.ServicerContext,
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
     ) -> capacity_pb2.ReportSummary:
         stream = _Stream(context.peer())
         summary = capacity_pb2.ReportSummary()
         gauge = self.service.metrics.streams
         gauge.inc()
+        parse = capacity_pb2.NodeCapacity.FromString
         try:
-            async for msg in request_iterator:
+            async for raw in request_iterator:
+                try:
+                    msg = parse(raw)
+                except DecodeError as exc:
+                    summary.rejected += 1
+                    summary.last_rejection = f"not a carico.v1.NodeCapacity: {exc}"
+                    self.service.metrics.reports.labels(Ingest.INVALID.value).inc()
+                    log.warning("from %s: %s", stream.peer, summary.last_rejection)
+                    continue
                 outcome, why = self.service.ingest(msg, stream)
                 if outcome is Ingest.ACCEPTED:
                     summary.accepted += 1
@@ -76,7 +91,14 @@ async def start_grpc(
 ) -> GrpcServer:
     """Serve CapacityIngest on ``address`` (``host:0`` picks a free port)."""
     server = grpc.aio.server()
-    capacity_pb2_grpc.add_CapacityIngestServicer_to_server(CapacityIngestServicer(service), server)
+    handler: grpc.RpcMethodHandler = grpc.stream_unary_rpc_method_handler(
+        CapacityIngestServicer(service).Report,
+        request_deserializer=None,  # bytes: Report parses (and refuses) each report itself
+        response_serializer=capacity_pb2.ReportSummary.SerializeToString,
+    )
+    handlers = {"Report": handler}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
     if credentials is not None:
         port = server.add_secure_port(address, credentials)
     else:

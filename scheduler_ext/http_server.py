@@ -8,7 +8,8 @@
   ``GET /api/v1/explain?pod=NS/NAME`` — the last filter/prioritize decisions for a pod;
   ``GET /api/v1/history`` — each node's recent avail and reserved (``history``);
   ``GET /api/v1/model`` — the global model's expected-workload vector as the agents report it
-  (``workload``).
+  (``workload``);
+  ``GET /api/v1/openapi.json`` — the OpenAPI description of all of this (``openapi``).
 * ``POST /repack`` — compute a repacking plan now (optional body ``{"time_limit": s,
   "dry_run": bool, "mode": "place" | "balance" | "defragment" | "consolidate"}``);
   ``GET /api/v1/repack/plans?limit=N`` — the last plans, newest first;
@@ -18,7 +19,9 @@
 
 Bodies are read by ``bodies`` (size limits before and after decompression, one budget for all
 requests), so the app must be served with aiohttp's own decompression off, as ``start_http`` does.
-A request refused as the client's fault is logged as one line, never with a traceback.
+A request refused as the client's fault is logged as one line, never with a traceback; that
+includes a request aiohttp cannot even parse (a malformed chunk size, say), which aiohttp itself
+answers 400 and would log at ERROR with its traceback (``_client_faults``).
 
 Neighbours: ``service`` (all the logic), ``bodies`` (request bodies), ``cli`` (starts it).
 """
@@ -35,10 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from carico.http_ops import add_ops_routes
 from scheduler_ext.bodies import BodyBudget, BodyRefused, read_body
 from scheduler_ext.class_fit import NodeClasses
+from scheduler_ext.openapi import OPENAPI_PATH, build_openapi
 from scheduler_ext.repack.request import MAX_REQUEST_BYTES, parse_run_request
 from scheduler_ext.repack.service import TRIGGER_HTTP, RunInProgress
 from scheduler_ext.service import BadRequest, ExtenderService
@@ -68,6 +73,23 @@ def one_line(text: str, limit: int = LOGGED_REASON) -> str:
     anything not ASCII escaped: a client's bytes must not forge log lines."""
     cut = text[:limit].encode("unicode_escape").decode("ascii")
     return cut + ("..." if len(text) > limit else "")
+
+
+def _client_faults(record: logging.LogRecord) -> bool:
+    """A filter for aiohttp's server log: a request it could not parse (the client's fault,
+    answered 400 by aiohttp) becomes one warning line instead of an error with a traceback."""
+    exc = record.exc_info[1] if record.exc_info else None
+    if isinstance(exc, HttpProcessingError) and 400 <= (exc.code or 400) < 500:
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        record.msg = "malformed HTTP request from %s refused (%d): %s"
+        record.args = (remote, exc.code or 400, one_line(str(exc.message)))
+        record.exc_info = record.exc_text = None
+    return True
+
+
+_PROTOCOL_LOG = logging.getLogger(f"{__name__}.protocol")
+_PROTOCOL_LOG.addFilter(_client_faults)
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -209,8 +231,14 @@ def build_app(
     async def dashboard(_: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html")
 
+    described = msgspec.json.encode(build_openapi(prefix))
+
+    async def openapi(_: web.Request) -> web.Response:
+        return web.Response(body=described, content_type=JSON)
+
     app.router.add_get("/api/v1/history", history)
     app.router.add_get("/api/v1/model", model)
+    app.router.add_get(OPENAPI_PATH, openapi)
     app.router.add_get("/", dashboard)
     app.router.add_static("/static/", STATIC)
     add_ops_routes(app, service.metrics.registry, service.readiness.reason)
@@ -347,7 +375,7 @@ async def start_http(
 ) -> HttpServer:
     """Serve ``app`` on ``host:port`` (0 picks a free port) until ``close()``."""
     # Bodies are decompressed by ``bodies.read_body``, within the limit, not by aiohttp.
-    runner = web.AppRunner(app, access_log=None, auto_decompress=False)
+    runner = web.AppRunner(app, access_log=None, auto_decompress=False, logger=_PROTOCOL_LOG)
     await runner.setup()
     site = web.TCPSite(runner, host, port, ssl_context=ssl_context, backlog=1024)
     await site.start()

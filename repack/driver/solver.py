@@ -48,6 +48,10 @@ def solve(
 
     if not any(c.pending for c in problem.classes):
         return failed("NO_IMPROVEMENT", True, "no pending pods", [])
+    if not problem.node_names:
+        # pending pods and nowhere to put them (a dump of pods without their nodes, say): the
+        # searches below index the nodes' capacities and need at least one
+        return failed("NO_IMPROVEMENT", True, "no nodes to place the pending pods on", [])
     # the phases end early enough to leave the plan's own making in the budget, which counts
     # from the call's start (building the problem is part of it)
     deadline = start + options.time_limit - plan_reserve(problem, options)

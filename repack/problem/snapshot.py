@@ -26,6 +26,14 @@ class SnapshotError(ValueError):
     """The input cannot be turned into a snapshot (malformed JSON objects or quantities)."""
 
 
+# The largest quantity taken, in a resource's unit (2**50: a pebibyte, a million million cores):
+# far above any node, and low enough that the solver's 64-bit sums over thousands of pods and
+# nodes cannot overflow.
+MAX_QUANTITY = 2**50
+# Kubernetes priorities are 32-bit integers.
+PRIORITY_RANGE = range(-(2**31), 2**31)
+
+
 def parse_resource_quantity(resource: str, value: object) -> int:
     """A Kubernetes quantity as an integer in the resource's unit, rounded up like the API does.
 
@@ -47,6 +55,8 @@ def parse_resource_quantity(resource: str, value: object) -> int:
         raise SnapshotError(f"{resource}: invalid quantity {value!r}")
     if resource == "cpu":
         amount = amount * 1000
+    if amount > MAX_QUANTITY:
+        raise SnapshotError(f"{resource}: quantity {value!r} is larger than any node has")
     return math.ceil(amount)
 
 
@@ -326,8 +336,10 @@ def parse_pod(obj: Mapping[str, Any], excluded: frozenset[str]) -> Pod | None:
     owner = f"{owner_kind}/{controller.get('name', '')}" if controller else ""
     try:
         priority = int(spec.get("priority") or 0)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise SnapshotError(f"pod {meta['name']}: priority is not an integer") from exc
+    if priority not in PRIORITY_RANGE:
+        raise SnapshotError(f"pod {meta['name']}: priority {priority} is not a 32-bit integer")
     return Pod(
         namespace=str(meta.get("namespace", "default")),
         name=str(meta["name"]),
@@ -366,22 +378,32 @@ def parse_list(
     nodes: list[Node] = []
     pods: list[Pod] = []
     raw_pdbs: list[tuple[Pdb, Mapping[str, Any] | None]] = []
-    for item in document["items"]:
+    for i, item in enumerate(document["items"]):
         if not isinstance(item, Mapping):
             raise SnapshotError("List item is not an object")
         kind = item.get("kind")
-        if kind == "Node":
-            nodes.append(parse_node(item))
-        elif kind == "Pod":
-            pod = parse_pod(item, excluded)
-            if pod is not None:
-                pods.append(pod)
-        elif kind == "PodDisruptionBudget":
-            meta = _meta(item)
-            allowed = int((item.get("status") or {}).get("disruptionsAllowed") or 0)
-            pdb = Pdb(str(meta.get("namespace", "default")), str(meta["name"]), allowed)
-            raw_pdbs.append((pdb, (item.get("spec") or {}).get("selector")))
-    pods = [_with_pdbs(pod, raw_pdbs) for pod in pods]
+        try:
+            if kind == "Node":
+                nodes.append(parse_node(item))
+            elif kind == "Pod":
+                pod = parse_pod(item, excluded)
+                if pod is not None:
+                    pods.append(pod)
+            elif kind == "PodDisruptionBudget":
+                meta = _meta(item)
+                allowed = int((item.get("status") or {}).get("disruptionsAllowed") or 0)
+                pdb = Pdb(str(meta.get("namespace", "default")), str(meta["name"]), allowed)
+                raw_pdbs.append((pdb, (item.get("spec") or {}).get("selector")))
+        except (TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
+            # The objects' shapes are checked as they are read, not by a schema up front: a
+            # field of the wrong type surfaces here, and is the input's fault.
+            raise SnapshotError(
+                f"item {i} ({str(kind)[:40]}): a field has the wrong type or is missing: {exc!r}"
+            ) from None
+    try:
+        pods = [_with_pdbs(pod, raw_pdbs) for pod in pods]
+    except (TypeError, AttributeError, KeyError, IndexError) as exc:
+        raise SnapshotError(f"a PodDisruptionBudget's selector is malformed: {exc!r}") from None
     return Snapshot(tuple(nodes), tuple(pods), tuple(p for p, _ in raw_pdbs))
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiohttp
 import grpc
+import psutil
 import pytest
 
 from carico.tls import make_ca, make_leaf, write_pair
@@ -189,3 +190,38 @@ def test_missing_kubernetes_credentials_are_a_clear_error(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "cannot load Kubernetes credentials" in done.stderr
     assert "--no-kube" in done.stderr
+
+
+async def test_plain_http_listens_on_loopback_unless_told_otherwise() -> None:
+    http_port, grpc_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "CARICO_HOST"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "carico_app.cli",
+            "extender",
+            "--no-kube",
+            f"--port={http_port}",
+            "--grpc-host=127.0.0.1",
+            f"--grpc-port={grpc_port}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        async with aiohttp.ClientSession() as session:
+            await _wait_ready(session, f"http://127.0.0.1:{http_port}", proc)
+        listening = {
+            c.laddr.ip
+            for c in psutil.Process(proc.pid).net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == http_port
+        }
+        assert listening == {"127.0.0.1"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+    assert f"carico extender: http://127.0.0.1:{http_port}/scheduler" in stderr, stderr

@@ -110,3 +110,23 @@ async def test_mtls_only_admits_agents_with_a_signed_certificate(
         assert extender.service.table.report("tls").sequence == 1  # type: ignore[union-attr]
     finally:
         await server.close(None)
+
+
+async def test_a_report_that_does_not_parse_is_refused_and_the_stream_goes_on(
+    extender: Extender,
+) -> None:
+    # Found by the fuzz tier: the byte b"\x00" (field number 0) is no NodeCapacity, and gRPC
+    # ended the whole stream with UNKNOWN before the servicer saw any report.
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{extender.grpc.port}") as channel:
+        call = channel.stream_unary(
+            "/carico.v1.CapacityIngest/Report",
+            request_serializer=None,
+            response_deserializer=capacity_pb2.ReportSummary.FromString,
+        )
+        good = report("n1", 3.0, sequence=1).SerializeToString()
+        summary = await call(iter([b"\x00", good]), timeout=10)
+    assert (summary.accepted, summary.rejected) == (1, 1)
+    assert summary.last_rejection.startswith("not a carico.v1.NodeCapacity")
+    assert extender.service.table.report("n1").avail == 3.0  # type: ignore[union-attr]
+    _, metrics = await extender.get("/metrics")
+    assert 'carico_extender_reports_total{outcome="invalid"} 1.0' in metrics

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import logging
 import tracemalloc
 
 import pytest
+
+from scheduler_ext.http_server import BUDGET
 
 from .conftest import Extender, MakeExtender, extender_args, node_object, pod_object
 
@@ -165,3 +168,55 @@ async def test_a_gzip_bomb_is_refused_without_inflating_it(make_extender: MakeEx
     # buffers; inflating it whole would be 64 MiB.
     assert peak < 4 * limit, peak
     assert ext.service.explain.size_bytes == 0
+
+
+async def _raw(extender: Extender, data: bytes) -> bytes:
+    """``data`` sent as is on a new connection whose sending side is then closed."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", extender.http.port)
+    writer.write(data)
+    await writer.drain()
+    writer.write_eof()
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    return answer
+
+
+async def test_a_body_shorter_than_its_content_length_is_a_bad_request(
+    extender: Extender, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by the fuzz tier: "Content-Length: 100" then 6 bytes and the client gone ended in
+    # the verb's "internal error" path, logged with a traceback and counted as outcome error.
+    frame = b'POST /scheduler/filter HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"Pod"'
+    with caplog.at_level(logging.WARNING):
+        await _raw(extender, frame)
+        budget = extender.http.runner.app[BUDGET]
+        for _ in range(500):  # the handler finishes after the client has gone
+            if budget.held == 0 and caplog.records:
+                break
+            await asyncio.sleep(0.01)
+    assert budget.held == 0
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "the body ended before its announced length" in caplog.records[0].getMessage()
+    _, metrics = await extender.get("/metrics")
+    assert 'carico_extender_requests_total{outcome="bad_request",verb="filter"} 1.0' in metrics
+    assert 'carico_extender_requests_total{outcome="error",verb="filter"} 0.0' in metrics
+
+
+async def test_a_request_aiohttp_cannot_parse_is_one_warning_line(
+    extender: Extender, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Found by the fuzz tier: a chunked body whose chunk size is "zz" was answered 400 by
+    # aiohttp but logged at ERROR with a traceback, as if the extender had failed.
+    frame = b"POST /scheduler/bind HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"
+    with caplog.at_level(logging.WARNING):
+        # aiohttp answers 400 (the answer may be lost: the connection is reset at once)
+        await _raw(extender, frame)
+        for _ in range(500):
+            if caplog.records:
+                break
+            await asyncio.sleep(0.01)
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    line = caplog.records[0].getMessage()
+    assert "malformed HTTP request from 127.0.0.1 refused (400)" in line and "\n" not in line
+    assert caplog.records[0].exc_info is None

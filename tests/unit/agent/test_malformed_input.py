@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -80,3 +81,28 @@ def test_cgroup_parsers_raise_only_value_errors(cpu: bytes, memory: bytes, stat:
         except ValueError:
             continue
         assert usage.cpu_seconds >= 0 and usage.memory_bytes >= 0
+
+
+# Found by the fuzz tier: a number of hundreds of digits passed the digit checks and then
+# overflowed a float (OverflowError, which no reader caught), so ProcSource.read and
+# CgroupUsageReader.read raised. A kernel counter has at most 20 digits.
+HUGE = b"1" * 400
+
+
+def test_a_counter_of_hundreds_of_digits_is_malformed_not_an_overflow(tmp_path: Path) -> None:
+    with pytest.raises(PsiParseError):
+        parse_psi(f"some avg10=0 avg60=0 avg300=0 total={HUGE.decode()}\n")
+    with pytest.raises(ValueError, match="bad meminfo value"):
+        parse_meminfo_head(b"MemTotal: " + HUGE + b" kB\nMemAvailable: 1 kB\n")
+    with pytest.raises(ValueError, match="not a counter"):
+        usage_v2(b"usage_usec 1\n", HUGE + b"\n", b"inactive_file 0\n")
+    with pytest.raises(ValueError, match="not a counter"):
+        usage_v2(b"usage_usec " + HUGE + b"\n", b"1\n", b"inactive_file 0\n")
+    root = tmp_path / "proc"
+    (root / "pressure").mkdir(parents=True)
+    (root / "stat").write_bytes(b"cpu  1 0 1 10 0 0 0 0 0 0\n")
+    (root / "meminfo").write_bytes(b"MemTotal: " + HUGE + b" kB\nMemAvailable: 50 kB\n")
+    (root / "pressure" / "cpu").write_bytes(REAL.encode())
+    sample = ProcSource(str(root), ("cpu", "memory"), reader=read_bytes).read(0.0)
+    assert sample.missing and math.isnan(sample.features[1])
+    assert any(p.startswith("meminfo:") for p in sample.problems)

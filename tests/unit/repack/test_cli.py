@@ -142,3 +142,43 @@ def test_consolidate_mode_reports_the_nodes_that_could_go(
     assert "measured on telemetry for 1 of 3 pods" in capsys.readouterr().out
     usage.write_text(json.dumps({"default/node-a-p": {"cpu": "lots"}}))
     assert main([*args, "--mode", "balance", "--usage", str(usage)]) == 2
+
+
+# Found by the fuzz tier: each of these ended in a traceback (IndexError, AttributeError,
+# OverflowError, RecursionError), or an error of two lines, instead of a one-line error or a plan.
+FUZZ_FOUND = {
+    "pods without nodes": None,  # filled below: a valid pending pod and no Node object
+    "containers not a list": '{"items": [{"kind": "Pod", "metadata": {"name": "p"},'
+    ' "spec": {"containers": 7}}]}',
+    "owner references not objects": '{"items": [{"kind": "Pod", "metadata": {"name": "p",'
+    ' "ownerReferences": [3]}}]}',
+    "disruptionsAllowed an object": '{"items": [{"kind": "PodDisruptionBudget", "metadata":'
+    ' {"name": "b"}, "status": {"disruptionsAllowed": {"a": 1}}}]}',
+    "infinite priority": '{"items": [{"kind": "Pod", "metadata": {"name": "p"},'
+    ' "spec": {"priority": 1e400}}]}',
+    "memory of 10^30 bytes": '{"items": [{"kind": "Node", "metadata": {"name": "n"},'
+    ' "status": {"allocatable": {"cpu": "1", "memory": "1000000000000000000000000000000"}}}]}',
+    "nesting deeper than the recursion limit": "[" * 100_000 + "]" * 100_000,
+    # the message quoted the resource's name, a carriage return, and became two lines
+    "a resource named by a control character": '{"items": [{"kind": "Node", "metadata":'
+    ' {"name": "n"}, "status": {"allocatable": {"cpu": "1", "\\r": null}}}]}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(FUZZ_FOUND))
+def test_malformed_dumps_found_by_fuzzing_get_a_clear_answer(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    content = FUZZ_FOUND[case]
+    if content is None:
+        doc = fragmentation_list()
+        doc["items"] = [i for i in doc["items"] if i["metadata"]["name"] == "pending"]
+        content = json.dumps(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(content)
+    rc = main(["repack", "--from-file", str(path), "--time-limit", "1", "--workers", "1"])
+    err = capsys.readouterr().err
+    if case == "pods without nodes":  # a valid dump: nothing can be placed, and it says so
+        assert rc == 0 and err == ""
+    else:
+        assert rc == 2 and err.startswith("carico repack: ") and err.count("\n") == 1, err
