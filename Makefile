@@ -30,7 +30,7 @@ lint: $(STAMP)
 # this machine's CPU, and a second worker's tests would be load on the node they measure.
 unit: $(STAMP)
 	$(VENV)/bin/pytest -n 2 --dist loadgroup -m "not real_node"
-	$(VENV)/bin/pytest -m "real_node and not burst" tests/e2e
+	$(VENV)/bin/pytest -m real_node tests/e2e
 
 # The fuzz tier with its long budget (make test runs it with a small one, within a minute): every
 # input surface of docs/testing.md#fuzzing, FUZZ_EXAMPLES inputs per test, freshly drawn each run;
@@ -39,11 +39,10 @@ FUZZ_EXAMPLES ?= 1500
 fuzz: $(STAMP)
 	CARICO_FUZZ=long CARICO_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(VENV)/bin/pytest -n 2 -m fuzz tests/fuzz
 
-# The real node's burst through carico-scheduler against default-scheduler (prints both). Not in
-# make test yet: Carico over-admits by one pod or finishes the job 1.23-1.29x later in about
-# half the runs (docs/testing.md#real-node).
+# The real node's burst through carico-scheduler against default-scheduler alone, printing both
+# runs (make test runs it among the real node's tests; docs/testing.md#real-node).
 real-node-burst: $(STAMP) e2e-bin
-	$(VENV)/bin/pytest -s -m burst tests/e2e
+	$(VENV)/bin/pytest -s -m real_node -k burst tests/e2e
 
 # The e2e tier runs inside pytest, so the control-plane binaries must exist first.
 test: lint e2e-bin browser unit

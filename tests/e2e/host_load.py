@@ -49,6 +49,27 @@ class CpuWindow:
         return (self.util + self.psi) / 2
 
 
+@dataclass(frozen=True)
+class CpuCounters:
+    """The kernel's cumulative CPU counters at one moment: two of them make a window."""
+
+    busy: int
+    total: int
+    psi_us: int
+    at: float  # time.monotonic()
+
+    def feature_since(self, before: CpuCounters) -> float:
+        """The cpu feature (util + psi)/2 over the window from ``before`` to these."""
+        util = (self.busy - before.busy) / max(self.total - before.total, 1)
+        psi = (self.psi_us - before.psi_us) / max((self.at - before.at) * 1e6, 1.0)
+        return (util + min(max(psi, 0.0), 1.0)) / 2
+
+
+def cpu_counters() -> CpuCounters:
+    busy, total = _cpu_times()
+    return CpuCounters(busy, total, _psi_cpu_some_us(), time.monotonic())
+
+
 def cpu_window(seconds: float, pods: tuple[str, ...] = ()) -> CpuWindow:
     """Utilisation and CPU pressure (`some` stall fraction) over the next ``seconds``, and the
     cores the pods with uids ``pods`` used meanwhile (from their cgroups)."""

@@ -359,8 +359,8 @@ def test_the_agent_learns_real_cpu_and_memory_pods(
 # ---- 3. a burst through carico-scheduler against default-scheduler ----------------------------
 
 BURST_PODS = 8
-# Carico's job completion against the default scheduler's, at most (see the test).
-JOB_COMPLETION_BOUND = 1.4
+# Carico's job completion against the default scheduler's, at most: not worse by more than 10 %.
+JOB_COMPLETION_BOUND = 1.10
 # One thread computing 5000 digits of pi 16 times: about 9 s on an idle core of these machines.
 BURST_WORK = _bpi(1, 5000, 16)
 
@@ -377,6 +377,7 @@ class Burst:
     # pods that fit by the node's report)
     timeline: list[tuple[float, int, int, float]] = field(default_factory=list)
     running_pods: list[frozenset[str]] = field(default_factory=list)  # at each look of timeline
+    counters: list[host_load.CpuCounters] = field(default_factory=list)  # at each look
     missed: int = 0  # polls the extender did not answer within 2 s
 
     def without_late_exits(self) -> list[tuple[float, int, int, float]]:
@@ -396,6 +397,16 @@ class Burst:
     @property
     def job_completion(self) -> float:
         return max(self.done.values()) - self.submitted
+
+    def features(self, window_s: float = 2.0) -> list[float]:
+        """The node's cpu feature by the test's own measurement, over consecutive windows of
+        at least ``window_s`` (shorter ones are too coarse in jiffies)."""
+        out, start = [], 0
+        for i, c in enumerate(self.counters):
+            if c.at - self.counters[start].at >= window_s:
+                out.append(c.feature_since(self.counters[start]))
+                start = i
+        return out
 
     @property
     def max_running(self) -> int:
@@ -466,6 +477,7 @@ def _run_burst(
             t = now - burst.submitted
             burst.timeline.append((t, len(running), report["reserved"], _capacity(report, klass)))
             burst.running_pods.append(frozenset(running))
+            burst.counters.append(host_load.cpu_counters())
         if len(burst.timeline) % 40 == 1:
             print(f"  {scheduler}: {burst.timeline[-1:]} done {len(burst.done)}", flush=True)
         time.sleep(POLL_S)
@@ -546,7 +558,6 @@ def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
         print("    " + "\n    ".join(noted[-30:]))
 
 
-@pytest.mark.burst
 @pytest.mark.timeout(1500)
 def test_a_burst_through_carico_against_default_scheduler(
     release: CaricoRelease,
@@ -574,7 +585,9 @@ def test_a_burst_through_carico_against_default_scheduler(
         print(
             f"  {run.scheduler:17s} job completion {run.job_completion:6.1f} s, mean pod "
             f"completion {run.pod_completion:6.1f} s, at most {run.max_running} running at once "
-            f"({len(run.timeline)} looks, {run.missed} unanswered by the extender)"
+            f"({len(run.timeline)} looks, {run.missed} unanswered by the extender); "
+            f"cpu feature by the test, mean {_mean(run.features()):.2f}, "
+            f"highest {max(run.features()):.2f}"
         )
     for run in (default, carico):
         print(f"  {run.scheduler} (s, running, reserved, capacity):")
@@ -588,16 +601,17 @@ def test_a_burst_through_carico_against_default_scheduler(
     # running or reserved grew, they are within the capacity the node reported in the seconds
     # before (the extender decided on a report up to a second old, the test polls every 0.25 s).
     # Pods admitted on one estimate stay when the class's learned cost later rises a little,
-    # so the check is made at each admission, not at every look. The default scheduler, going
-    # by requests, runs more than the node's capacity (the node overfilled).
+    # so the check is made at each admission, not at every look.
     assert carico_admissions_over_capacity(carico.without_late_exits()) == [], carico.timeline
-    assert any(r > c for _, r, _, c in default.timeline), default.timeline
+    # The default scheduler, going by requests, filled the node past its full level by the
+    # test's own measurement (the class's learned cost is no reference here: learned on the
+    # overloaded node, it reads low and the capacity high).
+    assert max(default.features()) >= FULL_LEVEL, default.features()
+    assert default.max_running > carico.max_running
     assert carico.pod_completion < default.pod_completion
     # The CPU is busy throughout in both runs; Carico's waits between a pod's end and the next
-    # start (a report, a scheduling cycle, a container start) cost a little. The aim is 1.10;
-    # measured 0.97-1.05 in most runs and 1.23-1.29 in three of seven, where the extender, on
-    # the same two cores as the burst, left the test's looks unanswered for seconds and the last
-    # pod started late (docs/testing.md#real-node). The bound holds what every run met.
+    # start (a report, a scheduling cycle, a container start) cost a little: 0.97-1.08 measured
+    # (docs/testing.md#real-node).
     assert carico.job_completion <= JOB_COMPLETION_BOUND * default.job_completion
 
 
