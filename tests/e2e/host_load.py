@@ -58,11 +58,15 @@ class CpuCounters:
     psi_us: int
     at: float  # time.monotonic()
 
-    def feature_since(self, before: CpuCounters) -> float:
-        """The cpu feature (util + psi)/2 over the window from ``before`` to these."""
+    def util_psi_since(self, before: CpuCounters) -> tuple[float, float]:
+        """Utilisation and CPU pressure (`some` stall fraction) from ``before`` to these."""
         util = (self.busy - before.busy) / max(self.total - before.total, 1)
         psi = (self.psi_us - before.psi_us) / max((self.at - before.at) * 1e6, 1.0)
-        return (util + min(max(psi, 0.0), 1.0)) / 2
+        return util, min(max(psi, 0.0), 1.0)
+
+    def feature_since(self, before: CpuCounters) -> float:
+        """The cpu feature (util + psi)/2 over the window from ``before`` to these."""
+        return sum(self.util_psi_since(before)) / 2
 
 
 def cpu_counters() -> CpuCounters:
@@ -73,17 +77,14 @@ def cpu_counters() -> CpuCounters:
 def cpu_window(seconds: float, pods: tuple[str, ...] = ()) -> CpuWindow:
     """Utilisation and CPU pressure (`some` stall fraction) over the next ``seconds``, and the
     cores the pods with uids ``pods`` used meanwhile (from their cgroups)."""
-    busy0, total0 = _cpu_times()
-    psi0, t0 = _psi_cpu_some_us(), time.monotonic()
+    start = cpu_counters()
     pods0 = [pod_cpu_seconds(uid) for uid in pods]
     time.sleep(seconds)
-    busy1, total1 = _cpu_times()
-    psi1, t1 = _psi_cpu_some_us(), time.monotonic()
+    end = cpu_counters()
     pods1 = [pod_cpu_seconds(uid) for uid in pods]
-    util = (busy1 - busy0) / max(total1 - total0, 1)
-    psi = min(max((psi1 - psi0) / ((t1 - t0) * 1e6), 0.0), 1.0)
+    util, psi = end.util_psi_since(start)
     used = sum(b - a for a, b in zip(pods0, pods1, strict=True) if a is not None and b is not None)
-    return CpuWindow(util, psi, t1 - t0, used / (t1 - t0))
+    return CpuWindow(util, psi, end.at - start.at, used / (end.at - start.at))
 
 
 def memory_total() -> int:
