@@ -463,7 +463,8 @@ class ExtenderService:
     ) -> None:
         """One line per accepted bind with what it was decided on, written before the binding
         is created so that a crash right after still leaves it (docs/architecture.md#observability):
-        the room the check saw, or why nothing was checked (exempt pod, plan slot, stale data)."""
+        the room the check saw and the node's reservations, or why nothing was checked (exempt
+        pod, plan slot, stale data)."""
         if not log.isEnabledFor(logging.INFO):
             return
         threshold = self.table.thresholds.threshold
@@ -491,6 +492,8 @@ class ExtenderService:
                 "node": node,
                 "room": room,
                 "threshold": threshold,
+                # reservations on the node now, this pod's included
+                "reserved": self.table.reserved(node),
                 "stale": stale,
                 "slot": slot.plan if slot is not None else "",
                 "exempt": exempt or "",

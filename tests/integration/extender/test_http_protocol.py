@@ -106,10 +106,10 @@ async def test_each_bind_logs_the_room_it_was_decided_on(
     lines = [r for r in caplog.records if getattr(r, "decision", "") == "bind"]
     # The room before each unit was taken: 2.5, then 2.5 - 1; the unknown node passed on the
     # default fail-open policy with nothing to check, and says so.
-    assert [(r.pod, r.node, r.room, r.stale) for r in lines] == [  # type: ignore[attr-defined]
-        ("shop/p0", "n1", 2.5, ""),
-        ("shop/p1", "n1", 1.5, ""),
-        ("shop/p2", "never-reported", None, "missing"),
+    assert [(r.pod, r.node, r.room, r.reserved, r.stale) for r in lines] == [  # type: ignore[attr-defined]
+        ("shop/p0", "n1", 2.5, 1, ""),
+        ("shop/p1", "n1", 1.5, 2, ""),
+        ("shop/p2", "never-reported", None, 1, "missing"),
     ]
     assert lines[1].getMessage() == "bind shop/p1 to n1: room 1.5 >= threshold 1"
     assert (
