@@ -48,6 +48,7 @@ from soak_invariants import (
     Binding,
     LoadSample,
     PendingSample,
+    PodSpan,
     Recovery,
     ReservationSample,
     check_binds,
@@ -56,6 +57,7 @@ from soak_invariants import (
     check_pending,
     check_recoveries,
     check_reservation_ttl,
+    check_reserved,
     check_slot_ttl,
     check_workloads,
     parse_decision,
@@ -128,6 +130,8 @@ class Observations:
     """What the observer and the fault runner recorded (times: time.monotonic, wall for logs)."""
 
     bindings: dict[tuple[str, str], Binding] = field(default_factory=dict)
+    # uid -> [pod, node, bound at, left Pending at] (wall seconds, as the watch first saw them)
+    spans: dict[str, list[Any]] = field(default_factory=dict)
     load: list[LoadSample] = field(default_factory=list)
     pending: list[PendingSample] = field(default_factory=list)
     reservations: list[ReservationSample] = field(default_factory=list)
@@ -454,6 +458,7 @@ class SoakBed:
 
     def _record_pod(self, kind: str, pod: Any) -> None:
         uid = pod.metadata.uid
+        self._record_span(kind, pod)
         if kind == "DELETED":
             self._pods.pop(uid, None)
         else:
@@ -462,6 +467,23 @@ class SoakBed:
             if node and (uid, node) not in self.obs.bindings:
                 key = f"{pod.metadata.namespace}/{pod.metadata.name}"
                 self.obs.bindings[uid, node] = Binding(time.monotonic(), key, uid, node)
+
+    def _record_span(self, kind: str, pod: Any) -> None:
+        uid, node = pod.metadata.uid, pod.spec.node_name
+        span = self.obs.spans.get(uid)
+        pending = kind != "DELETED" and pod.status is not None and pod.status.phase == "Pending"
+        if span is None and node and pending:
+            key = f"{pod.metadata.namespace}/{pod.metadata.name}"
+            self.obs.spans[uid] = [key, node, time.time(), None]
+        elif span is not None and span[3] is None and not pending:
+            span[3] = time.time()
+
+    def _lost_span_ends(self, listed: set[str]) -> None:
+        """After a relist: pods gone while the watch was down left Pending then."""
+        now = time.time()
+        for uid, span in self.obs.spans.items():
+            if span[3] is None and uid not in listed:
+                span[3] = now
 
     def _load_sample(self) -> None:
         load: dict[str, dict[str, int]] = {}
@@ -480,6 +502,7 @@ class SoakBed:
             try:
                 listed = self.core.list_namespaced_pod(self.ns)
                 with self._pods_lock:
+                    self._lost_span_ends({p.metadata.uid for p in listed.items})
                     self._pods.clear()
                     for pod in listed.items:
                         self._record_pod("ADDED", pod)
@@ -763,8 +786,13 @@ class SoakBed:
                     "judged": v.judged,
                     "growing": v.growing,
                 }
+        spans = [PodSpan(p, uid, n, b, e) for uid, (p, n, b, e) in self.obs.spans.items()]
         violations = {
             "overcommit": binds.violations,
+            # 2 s: the extender's pod watch may see a pod start that long before the soak's does.
+            "reservations-short": check_reserved(
+                self.decisions(), spans, o.reservation_ttl_s, lag_s=2.0
+            ),
             "lost-workload": check_workloads(jobs, deployments),
             "reservation-ttl": check_reservation_ttl(
                 self.obs.reservations, o.reservation_ttl_s, slack_s=o.sample_every_s + 2.0

@@ -8,7 +8,8 @@ the soak's report (soak_report.py) prints.
   docs/architecture.md#observability); room below the threshold is an overcommit unless the
   stale-data policy, a repack plan slot or an exemption decided it (counted and listed apart). A
   pod the API shows bound to a node with no decision line for that pod and node is a bind that
-  bypassed the check, also a violation;
+  bypassed the check, also a violation. Independently of the extender's own numbers, the
+  reservations it held at each decision must cover the pods the API showed bound and Pending there;
 * pending: no pod waits unbound longer than a bound while some node had room for it throughout;
 * ttl: no reservation is seen older than its TTL (plus the sweep's period and the sampling gap);
   no repack plan slot stays open longer than its TTL;
@@ -35,6 +36,7 @@ class BindDecision:
     node: str
     room: float | None
     threshold: float
+    reserved: int | None = None  # the node's reservations right after this one was taken
     stale: str = ""  # "stale" / "missing": the stale-data policy decided
     slot: str = ""  # the repack plan whose slot the pod took
     exempt: str = ""
@@ -70,6 +72,7 @@ def parse_decision(line: str) -> BindDecision | None:
         node=str(entry["node"]),
         room=None if room is None else float(room),
         threshold=float(entry["threshold"]),
+        reserved=None if entry.get("reserved") is None else int(entry["reserved"]),
         stale=str(entry.get("stale", "")),
         slot=str(entry.get("slot", "")),
         exempt=str(entry.get("exempt", "")),
@@ -126,6 +129,49 @@ def check_binds(decisions: Iterable[BindDecision], bindings: Iterable[Binding]) 
         stale_policy=[d for d in decided if d.basis == "stale-policy"],
         unexplained=unexplained,
     )
+
+
+@dataclass(frozen=True)
+class PodSpan:
+    """A pod bound to ``node`` and still Pending from ``bound_at`` until ``left_at`` (wall
+    seconds, as the harness's pod watch first saw each; None: never seen leaving)."""
+
+    pod: str
+    uid: str
+    node: str
+    bound_at: float
+    left_at: float | None
+
+
+def check_reserved(
+    decisions: Iterable[BindDecision], spans: Sequence[PodSpan], ttl_s: float, lag_s: float
+) -> list[str]:
+    """Checked binds where the extender held fewer reservations on the node than other pods the
+    API showed bound there and still Pending: its room then counted pods twice (a ledger that lost
+    pods, e.g. across a restart). A pod only counts when the harness saw it bound before the
+    decision, still Pending ``lag_s`` after it (the extender's watch may see a pod start before
+    the harness's does) and younger than the reservation TTL (older ones expire by design)."""
+    by_node: dict[str, list[PodSpan]] = {}
+    for span in spans:
+        by_node.setdefault(span.node, []).append(span)
+    out = []
+    for d in decisions:
+        if d.basis != "checked" or d.reserved is None:
+            continue
+        others = [
+            s.pod
+            for s in by_node.get(d.node, ())
+            if s.uid != d.uid
+            and s.bound_at <= d.at
+            and (s.left_at is None or s.left_at - lag_s > d.at)
+            and d.at - s.bound_at < ttl_s - lag_s
+        ]
+        if d.reserved - 1 < len(others):
+            out.append(
+                f"{d.pod} bound to {d.node} with {d.reserved - 1} other reservation(s) held "
+                f"while {len(others)} pod(s) were bound there and Pending: {', '.join(others)}"
+            )
+    return out
 
 
 @dataclass(frozen=True)

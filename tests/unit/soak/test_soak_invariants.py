@@ -9,6 +9,7 @@ from soak_invariants import (
     Binding,
     LoadSample,
     PendingSample,
+    PodSpan,
     Recovery,
     ReservationSample,
     check_binds,
@@ -17,6 +18,7 @@ from soak_invariants import (
     check_pending,
     check_recoveries,
     check_reservation_ttl,
+    check_reserved,
     check_slot_ttl,
     check_workloads,
     open_spans,
@@ -35,6 +37,8 @@ def test_decision_lines_are_parsed_and_other_lines_ignored() -> None:
     line = _line(decision="bind", pod="ns/p", uid="u", node="n1", room=1.5, threshold=1.0)
     d = parse_decision(line)
     assert d == BindDecision(10.0, "ns/p", "u", "n1", 1.5, 1.0)
+    with_reserved = parse_decision(line.replace('"room"', '"reserved": 3, "room"'))
+    assert with_reserved is not None and with_reserved.reserved == 3
     assert d is not None and d.basis == "checked"
     assert parse_decision(_line(msg="pod watch failed")) is None
     assert parse_decision(line[: len(line) // 2]) is None  # a killed process's torn last line
@@ -133,3 +137,24 @@ def test_recoveries_over_the_bound_or_never() -> None:
     summary = recovery_summary(rs)
     assert summary["kill-extender"] == {"count": 2.0, "median": 6.0, "max": 8.0}
     assert "restart-etcd" not in summary
+
+
+def test_reservations_must_cover_the_pods_bound_and_pending_on_the_node() -> None:
+    spans = [
+        PodSpan("ns/a", "ua", "n1", bound_at=100.0, left_at=None),
+        PodSpan("ns/b", "ub", "n1", bound_at=101.0, left_at=140.0),
+        PodSpan("ns/c", "uc", "n2", bound_at=100.0, left_at=None),  # another node
+        PodSpan("ns/d", "ud", "n1", bound_at=102.0, left_at=109.5),  # started: within the lag
+        PodSpan("ns/e", "ue", "n1", bound_at=20.0, left_at=None),  # older than the TTL
+        PodSpan("ns/p", "up", "n1", bound_at=110.0, left_at=None),  # the pod being decided
+    ]
+    held = BindDecision(110.0, "ns/p", "up", "n1", 2.0, 1.0, reserved=3)
+    lost = BindDecision(110.0, "ns/p", "up", "n1", 2.0, 1.0, reserved=2)
+    assert check_reserved([held], spans, ttl_s=60, lag_s=1) == []
+    assert check_reserved([lost], spans, ttl_s=60, lag_s=1) == [
+        "ns/p bound to n1 with 1 other reservation(s) held while 2 pod(s) were bound there and "
+        "Pending: ns/a, ns/b"
+    ]
+    # The stale-data policy's binds check nothing and are not judged here.
+    blind = BindDecision(110.0, "ns/p", "up", "n1", None, 1.0, reserved=1, stale="stale")
+    assert check_reserved([blind], spans, ttl_s=60, lag_s=1) == []
