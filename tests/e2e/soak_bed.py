@@ -93,7 +93,9 @@ GUARD_MIN_AVAILABLE = 1
 # Deployments: name -> (priority class, first replicas, cpu, memory)
 DEPLOYMENTS = {
     GUARDED: ("soak-high", 2, "500m", "512Mi"),
-    "api": ("soak-mid", 2, "500m", "512Mi"),
+    # Big enough that requests, not only Carico's room, leave pods pending at times: the repack
+    # plans then have pods to place (the Unschedulable trigger and POST /repack alike).
+    "api": ("soak-mid", 2, "1500m", "2Gi"),
     "batchd": ("soak-low", 1, "250m", "256Mi"),
 }
 
@@ -154,6 +156,11 @@ def _http(url: str, data: bytes | None = None, timeout: float = 5.0) -> Any:
     return json.loads(body) if body[:1] in (b"{", b"[") else body.decode()
 
 
+def _complete(job: Any) -> bool:
+    conditions = (job.status.conditions if job.status else None) or []
+    return any(c.type == "Complete" and c.status == "True" for c in conditions)
+
+
 def _requests_of(pod: Any) -> dict[str, int]:
     need: dict[str, int] = {}
     for c in pod.spec.containers:
@@ -197,6 +204,7 @@ class SoakBed:
         self._pods: dict[str, Any] = {}  # uid -> pod, the namespace as the watch sees it
         self._pods_lock = threading.Lock()
         self.jobs: list[str] = []
+        self.completed_jobs: set[str] = set()  # seen Complete, then deleted
         self.replicas = {name: spec[1] for name, spec in DEPLOYMENTS.items()}
         self.kubelet: FakeKubelet | None = None
         self.procfs: FakeProcfs | None = None
@@ -407,9 +415,10 @@ class SoakBed:
         name = f"job-{len(self.jobs)}"
         run_s = rng.uniform(2.0, 10.0)
         priority = rng.choice(list(PRIORITIES))
+        cpu = rng.choice(("250m", "500m", "750m"))
         template = {
             "metadata": {"annotations": {RUN_SECONDS_ANNOTATION: f"{run_s:.1f}"}},
-            "spec": self._pod_spec(priority, "250m", "256Mi", never=True),
+            "spec": self._pod_spec(priority, cpu, "256Mi", never=True),
         }
         self.batch.create_namespaced_job(
             self.ns,
@@ -436,11 +445,26 @@ class SoakBed:
         self.replicas[name] = replicas
         self.obs.scalings += 1
 
+    def _reap_jobs(self) -> None:
+        """Delete completed Jobs (their pods with them), remembering them as completed: the
+        cluster's object count stays level, so the control plane's memory measures leaks, not
+        the history of the run."""
+        for job in self.batch.list_namespaced_job(self.ns).items:
+            if _complete(job):
+                self.completed_jobs.add(job.metadata.name)
+                with contextlib.suppress(ApiException):
+                    self.batch.delete_namespaced_job(
+                        job.metadata.name, self.ns, propagation_policy="Background"
+                    )
+
     def _workload_loop(self) -> None:
-        next_job = next_scale = time.monotonic()
+        next_job = next_scale = next_reap = time.monotonic()
         while not self.stop_workload.is_set():
             now = time.monotonic()
             try:
+                if now >= next_reap:
+                    self._reap_jobs()
+                    next_reap = now + 5.0
                 if now >= next_job:
                     self._create_job()
                     next_job = now + self.rng.uniform(0.5, 1.5) * self.options.job_every_s
@@ -732,14 +756,11 @@ class SoakBed:
         return self.report(ran_s, jobs, deployments)
 
     def _workload_state(self) -> tuple[dict[str, bool], dict[str, tuple[int, int]]]:
-        jobs = {}
+        jobs = dict.fromkeys(self.completed_jobs, True)
         for job in self.batch.list_namespaced_job(self.ns).items:
-            done = any(
-                c.type == "Complete" and c.status == "True" for c in (job.status.conditions or [])
-            )
-            jobs[job.metadata.name] = done
+            jobs[job.metadata.name] = _complete(job)
         for name in self.jobs:
-            jobs.setdefault(name, False)  # a Job that vanished is a lost Job
+            jobs.setdefault(name, False)  # a Job that vanished uncompleted is a lost Job
         deployments = {}
         for d in self.apps.list_namespaced_deployment(self.ns).items:
             deployments[d.metadata.name] = (

@@ -31,6 +31,7 @@ SHORT = SoakOptions(
     job_every_s=6.0,
     scale_every_s=8.0,
     drain_s=180.0,
+    memory_warmup_s=30.0,  # slopes are printed; a run this short is never judged (5 min needed)
 )
 
 
