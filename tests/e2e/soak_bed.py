@@ -87,7 +87,9 @@ from scheduler_ext.slots import DEFAULT_SLOT_TTL
 
 POOL_LABEL = "carico.io/soak-pool"
 PRIORITIES = {"soak-low": 100, "soak-mid": 1000, "soak-high": 10000}
-NODE_CPU, NODE_MEMORY = "4", "16Gi"
+# Small enough that requests fill nodes before Carico's measured room does at times: pods then
+# wait on requests, and the repacker has pods to place by moving others.
+NODE_CPU, NODE_MEMORY = "3", "16Gi"
 GUARDED = "web"  # the Deployment a PodDisruptionBudget protects
 GUARD_MIN_AVAILABLE = 1
 # Deployments: name -> (priority class, first replicas, cpu, memory)
@@ -521,6 +523,18 @@ class SoakBed:
         if not self.obs.load or self.obs.load[-1].requested != load:
             self.obs.load.append(LoadSample(time.monotonic(), load))
 
+    def _unrequested(self, pods: list[Any]) -> dict[str, dict[str, int]]:
+        """Per pool node: allocatable minus the requests of the pods bound there."""
+        left = {n: dict(alloc) for n, alloc in self.allocatable.items()}
+        for pod in pods:
+            phase = pod.status.phase if pod.status else ""
+            node = pod.spec.node_name
+            if node in left and phase not in ("Succeeded", "Failed"):
+                for r, v in _requests_of(pod).items():
+                    if r in left[node]:
+                        left[node][r] -= v
+        return left
+
     def _watch_loop(self) -> None:
         while not self.stop_observer.is_set():
             try:
@@ -582,13 +596,26 @@ class SoakBed:
         )
         self.obs.guard.append((now, guard))
         wall = time.time()
-        waiting = {
-            f"{p.metadata.namespace}/{p.metadata.name}": wall
-            - p.metadata.creation_timestamp.timestamp()
+        unbound = [
+            p
             for p in pods
             if not p.spec.node_name
             and p.metadata.deletion_timestamp is None
             and (p.status is None or p.status.phase == "Pending")
+        ]
+        waiting = {
+            f"{p.metadata.namespace}/{p.metadata.name}": wall
+            - p.metadata.creation_timestamp.timestamp()
+            for p in unbound
+        }
+        free = self._unrequested(pods)
+        fits = {
+            f"{p.metadata.namespace}/{p.metadata.name}": frozenset(
+                n
+                for n, left in free.items()
+                if all(v <= left.get(r, v) for r, v in _requests_of(p).items())
+            )
+            for p in unbound
         }
         base = self._ext().base
         try:
@@ -598,7 +625,7 @@ class SoakBed:
                 for r in rows
                 if r["name"] in self.agents and r.get("reported") and not r["stale"]
             }
-            self.obs.pending.append(PendingSample(now, waiting, room))
+            self.obs.pending.append(PendingSample(now, waiting, room, fits))
             ages = {r["pod"]: float(r["age_seconds"]) for r in _http(f"{base}/api/v1/reservations")}
             self.obs.reservations.append(ReservationSample(now, ages))
             metrics = _http(f"{base}/metrics")

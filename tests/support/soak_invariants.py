@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -176,19 +176,26 @@ def check_reserved(
 
 @dataclass(frozen=True)
 class PendingSample:
-    """At ``at``: how long each unbound pod has waited, and the room each node with fresh data
-    had left (pods of the threshold's unit, after reservations)."""
+    """At ``at``: how long each unbound pod has waited, the room each node with fresh data had
+    left (pods of the threshold's unit, after reservations), and the nodes whose unrequested
+    allocatable fits each waiting pod's requests (kube-scheduler's own filter)."""
 
     at: float
     waiting: Mapping[str, float]  # pod -> seconds since created
     room: Mapping[str, float]  # node -> room − reserved (fresh nodes only)
+    fits: Mapping[str, frozenset[str]] = field(default_factory=dict)  # pod -> nodes; absent: all
+
+    def roomy(self, pod: str, threshold: float) -> list[str]:
+        """Nodes where ``pod`` had room by both Carico's measure and its requests."""
+        fits = self.fits.get(pod)
+        return [n for n, r in self.room.items() if r >= threshold and (fits is None or n in fits)]
 
 
 def check_pending(
     samples: Sequence[PendingSample], bound_s: float, threshold: float = 1.0
 ) -> list[str]:
     """Pods seen waiting longer than ``bound_s`` at a sample where every sample of the last
-    ``bound_s`` showed some node with room ≥ ``threshold``: a pod starved beside free room.
+    ``bound_s`` showed some node with room for that pod: a pod starved beside free room.
     A pod is reported once."""
     ordered = sorted(samples, key=lambda s: s.at)
     out: list[str] = []
@@ -198,13 +205,14 @@ def check_pending(
         if not late:
             continue
         window = [o for o in ordered[: i + 1] if o.at >= s.at - bound_s]
-        covered = window and window[0].at <= s.at - 0.9 * bound_s
-        if covered and all(any(r >= threshold for r in o.room.values()) for o in window):
-            for pod in late:
+        if not window or window[0].at > s.at - 0.9 * bound_s:
+            continue  # too few samples to cover the bound
+        for pod in late:
+            if all(o.roomy(pod, threshold) for o in window):
                 reported.add(pod)
-                best = max(s.room.items(), key=lambda kv: kv[1])
+                best = max(s.roomy(pod, threshold), key=lambda n: s.room[n])
                 out.append(
-                    f"{pod} pending {s.waiting[pod]:.0f}s while {best[0]} had room {best[1]:.2f}"
+                    f"{pod} pending {s.waiting[pod]:.0f}s while {best} had room {s.room[best]:.2f}"
                 )
     return out
 

@@ -87,6 +87,17 @@ def test_a_pod_waiting_while_nodes_were_full_is_not_starved() -> None:
     assert check_pending([PendingSample(100, {"ns/p": 100}, {"n1": 3.0})], bound_s=60) == []
 
 
+def test_room_counts_only_on_nodes_where_the_pods_requests_fit() -> None:
+    # n1 has Carico room all along but not the pod's CPU request; n2 fits the request, no room.
+    samples = [
+        PendingSample(t, {"ns/p": t}, {"n1": 3.0, "n2": 0.2}, {"ns/p": frozenset({"n2"})})
+        for t in range(0, 80, 5)
+    ]
+    assert check_pending(samples, bound_s=60) == []
+    roomy = [PendingSample(s.at, s.waiting, {"n1": 3.0, "n2": 1.5}, s.fits) for s in samples]
+    assert check_pending(roomy, bound_s=60) == ["ns/p pending 65s while n2 had room 1.50"]
+
+
 def test_reservations_older_than_ttl_plus_slack() -> None:
     samples = [
         ReservationSample(1, {"ns/a": 30.0, "ns/b": 31.5}),
