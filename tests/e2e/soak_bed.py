@@ -473,8 +473,9 @@ class SoakBed:
                 if now >= next_scale:
                     self._scale()
                     next_scale = now + self.rng.uniform(0.5, 1.5) * self.options.scale_every_s
-            except (ApiException, OSError, kubernetes.client.exceptions.OpenApiException) as exc:
-                # The API server may be restarting: try again at the next turn.
+            except Exception as exc:
+                # The API server may be restarting (the client raises urllib3's errors then, which
+                # are no OSError): try again at the next turn; never let the thread end.
                 self.obs.errors.append(f"workload: {type(exc).__name__}")
                 next_job = max(next_job, now + 2.0)
                 next_scale = max(next_scale, now + 2.0)
@@ -803,7 +804,7 @@ class SoakBed:
                 jobs, deployments = self._workload_state()
                 if not check_workloads(jobs, deployments) or time.monotonic() > deadline:
                     return jobs, deployments
-            except (ApiException, OSError):
+            except Exception:  # the API server restarted just before: try again
                 if time.monotonic() > deadline:
                     raise
             time.sleep(2.0)

@@ -58,4 +58,6 @@ def test_short_soak_breaks_no_invariant(soak: SoakBed) -> None:
     assert len(report["faults"]) >= 4, text
     assert sum(r["count"] for r in report["recoveries"].values()) >= 3, text
     assert report["binds"]["decisions"] > 10, text
-    assert report["workload"]["jobs_completed"] == report["workload"]["jobs"] > 3, text
+    # The workload kept going through the faults: a Job every 3-9 s over 90 s.
+    assert report["workload"]["jobs_completed"] == report["workload"]["jobs"] >= 8, text
+    assert report["workload"]["scalings"] >= 6, text
