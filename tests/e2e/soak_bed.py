@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -809,6 +810,28 @@ class SoakBed:
                     raise
             time.sleep(2.0)
 
+    def repack_executions(self) -> dict[str, int]:
+        """From the extender's log: plans executed (completed, aborted) and their steps by
+        action (evict, move, place), each step once."""
+        counts: dict[str, int] = {}
+        steps: set[str] = set()
+        for path in sorted(self.log_dir.glob("extender-*.log")):
+            for line in path.read_text(errors="replace").splitlines():
+                if '"scheduler_ext.repack' not in line:
+                    continue
+                with contextlib.suppress(ValueError):
+                    msg = str(json.loads(line).get("msg", ""))
+                    match = re.match(r"plan (\S+): step (\d+) \((\w+) ", msg)
+                    if match:
+                        steps.add(f"{match[1]}/{match[2]}/{match[3]}")
+                    for state in ("completed", "aborted"):
+                        if re.match(rf"repack #\d+ execution {state}", msg):
+                            counts[state] = counts.get(state, 0) + 1
+        for step in steps:
+            action = step.rsplit("/", 1)[1]
+            counts[action] = counts.get(action, 0) + 1
+        return counts
+
     def decisions(self) -> list[Any]:
         out = []
         for path in sorted(self.log_dir.glob("extender-*.log")):
@@ -882,6 +905,7 @@ class SoakBed:
                 "scalings": self.obs.scalings,
             },
             "repacks": self.obs.repacks,
+            "repack_executions": self.repack_executions(),
             "memory": memory,
             "violations": violations,
             "violation_count": sum(len(v) for v in violations.values()),
@@ -910,7 +934,8 @@ def format_report(report: dict[str, Any]) -> str:
         f"workload: {w['jobs_completed']}/{w['jobs']} jobs completed, "
         f"deployments {w['deployments']}, {w['scalings']} scalings"
     )
-    lines.append(f"repack runs: {report['repacks']}")
+    lines.append(f"repack runs asked for: {report['repacks']}")
+    lines.append(f"repack plans executed (apply): {report['repack_executions']}")
     lines.append("memory (RSS MiB, slope / late slope MiB/min, judged span s):")
     for name, m in report["memory"].items():
         lines.append(
