@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint unit fuzz demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile real-node real-node-burst
+.PHONY: install test lint unit fuzz demo bench e2e e2e-bin protos clean browser image image-test image-dockerfile real-node real-node-burst soak
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ fuzz: $(STAMP)
 # runs (make test runs it among the real node's tests; docs/testing.md#real-node).
 real-node-burst: $(STAMP) e2e-bin
 	$(VENV)/bin/pytest -s -m real_node -k burst tests/e2e
+
+# The chaos soak on a control plane of its own (docs/testing.md#chaos-soak): mixed workload while
+# a seeded schedule kills and restarts Carico's components and the control plane's; prints the
+# schedule, every fault and the invariants' report. SOAK_ARGS="--minutes 30 --seed 7"; make test
+# runs a short one (tests/e2e/test_chaos_soak.py).
+soak: $(STAMP) e2e-bin
+	$(PY) tests/e2e/soak_run.py $(SOAK_ARGS)
 
 # The e2e tier runs inside pytest, so the control-plane binaries must exist first.
 test: lint e2e-bin browser unit

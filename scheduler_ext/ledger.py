@@ -69,6 +69,9 @@ class ReserveResult:
     # name (an older uid) it displaced.
     made: Reservation | None = None
     displaced: Reservation | None = None
+    # The room the check saw (pods of the pod's class, or avail − reserved in pod-units) before
+    # this unit was taken; None when nothing was checked (stale data, a plan slot, a repeat).
+    room: float | None = None
 
 
 class Ledger:
@@ -124,6 +127,7 @@ class Ledger:
             if not self.table.can_track(node):
                 return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
+            room: float | None = None
             if check:
                 probing = self.table.fleet_probing(facts.workload_class)
                 fit = self.table.fit(node, facts.workload_class, facts.requests, now, probing)
@@ -136,24 +140,27 @@ class Ledger:
                             False, f"carico: no fresh capacity data for node {node}", stale
                         )
                 elif fit is not None:
+                    room = fit.count
                     if fit.count < threshold:
                         report = self.table.report(node)
                         names = report.classes.feature_names if report and report.classes else ()
                         return ReserveResult(False, fit.reason(names, threshold))
-                elif free < threshold:
-                    reserved = self.table.reserved(node)
-                    return ReserveResult(
-                        False,
-                        f"carico: avail {fmt(free + reserved)} - reserved {reserved}"
-                        f" < {fmt(threshold)}",
-                    )
+                else:
+                    room = free
+                    if free < threshold:
+                        reserved = self.table.reserved(node)
+                        return ReserveResult(
+                            False,
+                            f"carico: avail {fmt(free + reserved)} - reserved {reserved}"
+                            f" < {fmt(threshold)}",
+                        )
             if current is not None:
                 self._drop(current, Release.RELEASED)
             made = Reservation(
                 facts.key, facts.uid, node, now, facts.workload_class, facts.requests
             )
             self._add(made)
-            return ReserveResult(True, stale=stale, made=made, displaced=current)
+            return ReserveResult(True, stale=stale, made=made, displaced=current, room=room)
 
     def undo(self, result: ReserveResult) -> bool:
         """After a failed bind, give back what the ``reserve`` that returned ``result`` took.

@@ -28,6 +28,7 @@ from scheduler_ext.capacity import (
     CapacityTable,
     Ingest,
     Thresholds,
+    fmt,
 )
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
@@ -37,7 +38,7 @@ from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
 from scheduler_ext.shape import ScoreShape
-from scheduler_ext.slots import SlotKind, SlotTable
+from scheduler_ext.slots import Slot, SlotKind, SlotTable
 from scheduler_ext.wire import Body
 
 log = logging.getLogger(__name__)
@@ -458,6 +459,7 @@ class ExtenderService:
                 self.count_request("bind", "ok")
                 return wire.encode(wire.BindingResult(result.error))
             nc["bind", "reserved"].inc()
+        self._log_bind(facts, args.Node, exempt, slot, result)
         try:
             await self.cluster.bind(facts, args.Node)
         except Exception as exc:
@@ -475,6 +477,53 @@ class ExtenderService:
         nc["bind", "bound"].inc()
         self.count_request("bind", "exempt" if exempt else "ok")
         return wire.encode(wire.BindingResult(""))
+
+    def _log_bind(
+        self,
+        facts: PodFacts,
+        node: str,
+        exempt: str | None,
+        slot: Slot | None,
+        result: ReserveResult | None,
+    ) -> None:
+        """One line per accepted bind with what it was decided on, written before the binding
+        is created so that a crash right after still leaves it (docs/architecture.md#observability):
+        the room the check saw and the node's reservations, or why nothing was checked (exempt
+        pod, plan slot, stale data)."""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        threshold = self.table.thresholds.threshold
+        room = result.room if result is not None else None
+        stale = result.stale if result is not None else ""
+        if exempt is not None:
+            basis = f"exempt ({exempt})"
+        elif slot is not None:
+            basis = f"plan {slot.plan} slot"
+        elif stale:
+            basis = f"{stale} capacity data ({self._policy})"
+        elif room is None:
+            basis = "already reserved there"
+        else:
+            basis = f"room {fmt(room)} >= threshold {fmt(threshold)}"
+        log.info(
+            "bind %s to %s: %s",
+            facts.key,
+            node,
+            basis,
+            extra={
+                "decision": "bind",
+                "pod": facts.key,
+                "uid": facts.uid,
+                "node": node,
+                "room": room,
+                "threshold": threshold,
+                # reservations on the node now, this pod's included
+                "reserved": self.table.reserved(node),
+                "stale": stale,
+                "slot": slot.plan if slot is not None else "",
+                "exempt": exempt or "",
+            },
+        )
 
     # -- capacity reports and pod events ---------------------------------------------------
 

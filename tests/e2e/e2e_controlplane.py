@@ -489,6 +489,24 @@ class ControlPlane:
                     raise
                 self.components.pop("kube-scheduler", None)
 
+    def kill_and_restart(self, name: str, timeout_s: float = 120.0) -> None:
+        """SIGKILL ``etcd`` or ``kube-apiserver`` (no graceful shutdown, as in a crash) and start
+        it again on the same ports and data; returns once it reports ready. The other
+        components and every client reconnect by themselves (the chaos soak's fault)."""
+        component = self.components[name]
+        if component.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(component.proc.pid, signal.SIGKILL)
+        component.stop(grace_s=0.0)  # reaps the group
+        component.start()
+        if name == "etcd":
+            self._wait(component, self._etcd_healthy, "/health", timeout_s)
+        elif name == "kube-apiserver":
+            probe = self._probe(self.apiserver_port, "/readyz", self.admin_token)
+            self._wait(component, probe, "/readyz", timeout_s)
+        else:
+            raise ValueError(f"kill_and_restart serves etcd and kube-apiserver, not {name}")
+
     def stop_scheduler(self) -> None:
         """Stop the session's kube-scheduler (``restart_scheduler`` brings it back), so that a
         test can run another scheduler for the same profiles without the two racing."""

@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import kubernetes
+import urllib3
 from kubernetes.client.rest import ApiException
 
 RUN_SECONDS_ANNOTATION = "carico.io/sim-run-seconds"
 # Overrides the start-up delay of one pod: tests hold pods bound-but-Pending with it.
 STARTUP_SECONDS_ANNOTATION = "carico.io/sim-startup-seconds"
 LEASE_NAMESPACE = "kube-node-lease"
+RETRY_S = 1.0  # a pod's start, completion or removal is tried again this soon after the API failed
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 FAKE_KUBELET_VERSION = "v0.0.0-carico-fake-kubelet"
 
@@ -500,8 +502,18 @@ class FakeKubelet:
                 )
         except ApiException as exc:
             # 404: deleted meanwhile; 409: a precondition saw a newer pod of the same name.
-            if exc.status not in (404, 409):
+            if exc.status in (429,) or exc.status >= 500:
+                self._retry(action, uid)  # the API server is starting or overloaded
+            elif exc.status not in (404, 409):
                 self.errors.append(f"{action} {state.namespace}/{state.name}: {exc.status}")
+        except (OSError, urllib3.exceptions.HTTPError):
+            # The API server is down (restarting): a kubelet tries again; an exception here
+            # would end the timer thread, and no pod would ever start or finish again.
+            self._retry(action, uid)
+
+    def _retry(self, action: str, uid: str) -> None:
+        with self._lock:
+            self._schedule_locked(RETRY_S, action, uid)
 
     def _timer_loop(self) -> None:
         while not self._stop.is_set():

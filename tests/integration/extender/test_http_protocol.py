@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import logging
+
+import pytest
 
 from scheduler_ext.ledger import StaleData
 from scheduler_ext.pods import PodFacts
@@ -89,6 +92,29 @@ async def test_bind_reserves_and_creates_the_binding(extender: Extender) -> None
     assert status == 200
     assert body["Error"] == "carico: avail 1.5 - reserved 1 < 1"
     assert len(extender.cluster.bindings) == 1
+
+
+async def test_each_bind_logs_the_room_it_was_decided_on(
+    extender: Extender, caplog: pytest.LogCaptureFixture
+) -> None:
+    extender.feed("n1", 2.5)
+    caplog.set_level(logging.INFO, logger="scheduler_ext.service")
+    for i, node in enumerate(("n1", "n1", "never-reported")):
+        args = {"PodName": f"p{i}", "PodNamespace": "shop", "PodUID": f"u{i}", "Node": node}
+        status, body = await extender.post("bind", json.dumps(args).encode())
+        assert (status, body) == (200, {"Error": ""})
+    lines = [r for r in caplog.records if getattr(r, "decision", "") == "bind"]
+    # The room before each unit was taken: 2.5, then 2.5 - 1; the unknown node passed on the
+    # default fail-open policy with nothing to check, and says so.
+    assert [(r.pod, r.node, r.room, r.reserved, r.stale) for r in lines] == [  # type: ignore[attr-defined]
+        ("shop/p0", "n1", 2.5, 1, ""),
+        ("shop/p1", "n1", 1.5, 2, ""),
+        ("shop/p2", "never-reported", None, 1, "missing"),
+    ]
+    assert lines[1].getMessage() == "bind shop/p1 to n1: room 1.5 >= threshold 1"
+    assert (
+        lines[2].getMessage() == "bind shop/p2 to never-reported: missing capacity data (fail-open)"
+    )
 
 
 async def test_failed_binding_undoes_the_reservation(extender: Extender) -> None:
