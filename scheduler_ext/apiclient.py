@@ -171,6 +171,30 @@ class Binder:
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
             raise BindError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
+    async def annotate(self, namespace: str, name: str, uid: str, key: str, value: str) -> None:
+        """Set one annotation on the pod (a merge patch; the uid is its precondition: a pod
+        recreated under the name is left alone). Raises BindError with the API server's words."""
+        what = f"annotating {namespace}/{name} failed"
+        url = f"{self.host}/api/v1/namespaces/{namespace}/pods/{name}"
+        meta: dict[str, object] = {"annotations": {key: value}}
+        if uid:
+            meta["uid"] = uid
+        headers = {**self._headers(), "Content-Type": "application/merge-patch+json"}
+        try:
+            async with self._session_now().patch(
+                url,
+                data=msgspec.json.encode({"metadata": meta}),
+                headers=headers,
+                proxy=self.configuration.proxy or None,
+            ) as resp:
+                body = await resp.read()
+                if resp.status >= 300:
+                    raise BindError(f"{what}: {status_message(resp.status, body)}")
+        except BindError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise BindError(f"{what}: {type(exc).__name__}: {exc}") from exc
+
     async def _get(self, path: str, query: dict[str, str]) -> bytes:
         async with self._session_now().get(
             f"{self.host}{path}?{urlencode(query)}",
