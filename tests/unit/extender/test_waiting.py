@@ -83,3 +83,15 @@ def test_room_is_looked_up_on_the_candidates_the_filter_was_asked_about() -> Non
     has_room = RoomOn()
     w.due(1.0, has_room)
     assert has_room.asked == [(A.key, ("n3", "n7"))]
+
+
+def test_checks_are_bounded_per_round_and_rotate() -> None:
+    w = WaitingPods(settle_s=0.0, max_checks_per_round=2)
+    for i, pod in enumerate((A, B, C)):
+        w.refused(pod, [f"n{i}"], now=0.0)
+    first = RoomOn()
+    assert w.due(1.0, first) == []
+    assert [key for key, _ in first.asked] == [A.key, B.key]  # two checks, then the round ends
+    second = RoomOn("n0", "n2")
+    assert w.due(2.0, second) == [C, A]  # C was not looked at last round: it comes first
+    assert [key for key, _ in second.asked] == [C.key, A.key]
