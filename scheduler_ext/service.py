@@ -622,7 +622,10 @@ class ExtenderService:
             while True:
                 await asyncio.sleep(sweep_every)
                 self.sweep()
-                self.wake_waiting()
+                try:
+                    self.wake_waiting()
+                except Exception:  # a wake is an optimisation: never let it stop the sweeps
+                    log.exception("waking turned-away pods failed")
                 if watch.done():
                     watch.result()  # re-raise a crashed watch instead of serving blind
         finally:
