@@ -154,13 +154,40 @@ class Binder:
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind the pod, or raise BindError with the API server's own words."""
-        what = f"binding {namespace}/{name} to {node} failed"
-        url = f"{self.host}/api/v1/namespaces/{namespace}/pods/{name}/binding"
+        await self._write(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+            binding_body(namespace, name, uid, node),
+            f"binding {namespace}/{name} to {node} failed",
+        )
+
+    async def annotate(self, namespace: str, name: str, uid: str, key: str, value: str) -> None:
+        """Set one annotation on the pod (a merge patch; the uid is its precondition: a pod
+        recreated under the name is left alone). Raises BindError with the API server's words."""
+        meta: dict[str, object] = {"annotations": {key: value}}
+        if uid:
+            meta["uid"] = uid
+        await self._write(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            msgspec.json.encode({"metadata": meta}),
+            f"annotating {namespace}/{name} failed",
+            content_type="application/merge-patch+json",
+        )
+
+    async def _write(
+        self, method: str, path: str, data: bytes, what: str, content_type: str = ""
+    ) -> None:
+        """One write to the API server; any failure is a BindError saying ``what`` and why."""
+        headers = self._headers()
+        if content_type:
+            headers = {**headers, "Content-Type": content_type}
         try:
-            async with self._session_now().post(
-                url,
-                data=binding_body(namespace, name, uid, node),
-                headers=self._headers(),
+            async with self._session_now().request(
+                method,
+                f"{self.host}{path}",
+                data=data,
+                headers=headers,
                 proxy=self.configuration.proxy or None,
             ) as resp:
                 body = await resp.read()

@@ -63,6 +63,10 @@ class Cluster(Protocol):
         """Create the pod's ``pods/eviction`` (policy/v1), with ``uid`` as a precondition."""
         ...
 
+    async def annotate(self, pod: PodFacts, key: str, value: str) -> None:
+        """Set one annotation on the pod (uid as a precondition); raise BindError on failure."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -87,6 +91,7 @@ class InMemoryCluster:
         self.bind_delay = bind_delay
         self.pods: dict[str, PodState] = {}
         self.bindings: list[Binding] = []
+        self.annotations: list[tuple[str, str, str]] = []  # (pod key, annotation, value) set
         self._fail_next: list[str] = []
         self._watchers: list[OnEvent] = []
         # What a repack lists: a kubectl-style List of Node, Pod and PodDisruptionBudget objects
@@ -183,6 +188,12 @@ class InMemoryCluster:
             raise BindError(f"pod {pod.key} is already assigned to node {current.node}")
         self.bindings.append(Binding(pod.namespace, pod.name, pod.uid, node))
         self._emit(replace(current, node=node))
+
+    async def annotate(self, pod: PodFacts, key: str, value: str) -> None:
+        current = self.pods.get(pod.key)
+        if current is None or (pod.uid and current.facts.uid and pod.uid != current.facts.uid):
+            raise BindError(f'pods "{pod.name}" not found')
+        self.annotations.append((pod.key, key, value))
 
     async def run_pod_watch(self, on_list: OnList, on_event: OnEvent) -> None:
         on_list([p for p in self.pods.values() if p.node and p.phase == PENDING])

@@ -202,6 +202,9 @@ class KubernetesCluster:
     async def bind(self, pod: PodFacts, node: str) -> None:
         await self._binder.bind(pod.namespace, pod.name, pod.uid, node)
 
+    async def annotate(self, pod: PodFacts, key: str, value: str) -> None:
+        await self._binder.annotate(pod.namespace, pod.name, pod.uid, key, value)
+
     # -- repack apply mode: evictions ------------------------------------------------------
 
     def _evict_sync(self, namespace: str, name: str, uid: str) -> EvictionReply:

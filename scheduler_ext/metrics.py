@@ -136,6 +136,18 @@ class ExtenderMetrics:
         self.streams = Gauge(
             "carico_extender_capacity_streams", "open agent report streams", registry=r
         )
+        self.woken = Counter(
+            "carico_extender_pods_woken",
+            "pods the filter turned away, annotated once there was room so that kube-scheduler "
+            "tries them again, by outcome (annotated, failed)",
+            ["outcome"],
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "carico_extender_pods_turned_away",
+            "pods whose last filter turned every candidate away, not yet passed, bound or gone",
+            registry=r,
+        )
         # Repacking (docs/architecture.md#repack-execution); declared here so every name the shipped
         # dashboards query exists from the first scrape, before any repack has run.
         self.repack_runs = Counter(

@@ -34,11 +34,12 @@ from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
-from scheduler_ext.ledger import Ledger, PodState, ReserveResult, StaleData
+from scheduler_ext.ledger import PENDING, Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
 from scheduler_ext.shape import ScoreShape
 from scheduler_ext.slots import Slot, SlotKind, SlotTable
+from scheduler_ext.waiting import WAKE_ANNOTATION, WaitingPods
 from scheduler_ext.wire import Body
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,11 @@ class ExtenderService:
         self.readiness = Readiness()
         # Repack plan slots (apply mode): pods a plan moves or places are steered by them.
         self.slots = SlotTable(self.table)
+        # Pods the filter turned away, woken once there is room
+        # (docs/architecture.md#waking-turned-away-pods).
+        self.waiting = WaitingPods()
+        self.metrics.waiting.set_function(lambda: float(len(self.waiting)))
+        self._wakes: set[asyncio.Task[None]] = set()
         self.metrics.repack_slots_open.set_function(lambda: float(self.slots.open_count()))
         self._recent: OrderedDict[str, PodFacts] = OrderedDict()
         self._pod_facts: OrderedDict[bytes, PodFacts] = OrderedDict()
@@ -330,6 +336,11 @@ class ExtenderService:
             reply = wire.encode(wire.FilterResultNodes(raw_list, d.failed, d.unresolvable))
             summary = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
         self.explain.record(facts.key, "filter", self.wall(), summary, d.exempt)
+        if d.exempt is None:
+            if d.passed:
+                self.waiting.passed(facts.key)
+            elif d.failed or d.unresolvable:  # fail-closed stale data waits for reports too
+                self.waiting.refused(facts, names, now)
         if d.fits:
             self.explain.record(facts.key, "class", self.wall(), _class_summary(facts, d), None)
         self.count_request("filter", "exempt" if d.exempt else "ok")
@@ -475,6 +486,7 @@ class ExtenderService:
             self.count_request("bind", "error")
             return wire.encode(wire.BindingResult(str(exc) or type(exc).__name__))
         nc["bind", "bound"].inc()
+        self.waiting.passed(key)
         self.count_request("bind", "exempt" if exempt else "ok")
         return wire.encode(wire.BindingResult(""))
 
@@ -539,6 +551,8 @@ class ExtenderService:
 
     def on_pod_event(self, pod: PodState) -> None:
         self.ledger.observe(pod, self.clock())
+        if pod.node or pod.deleted or pod.phase != PENDING:
+            self.waiting.passed(pod.facts.key)
 
     def sweep(self) -> None:
         now = self.clock()
@@ -549,6 +563,37 @@ class ExtenderService:
             log.warning("plan %s: slot for %s on %s expired", slot.plan, slot.for_pod, slot.node)
         self.table.forget_older_than(now, self.settings.forget_after)
         self.record_history(now)
+
+    def wake_waiting(self) -> None:
+        """Annotate the turned-away pods that one of their candidates now has room for: the
+        pod update sends each back to kube-scheduler's active queue, which no capacity report
+        would (docs/architecture.md#waking-turned-away-pods)."""
+        if not len(self.waiting):
+            return
+        now = self.clock()
+
+        def has_room(facts: PodFacts, names: list[str]) -> bool:
+            return bool(self.decider.filter(facts, names, now).passed)
+
+        due = self.waiting.due(now, has_room)
+        if not due:
+            return
+        stamp = f"{self.wall():.3f}"
+        for facts in due:
+            task = asyncio.get_running_loop().create_task(self._wake(facts, stamp))
+            self._wakes.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._wakes.discard)
+
+    async def _wake(self, facts: PodFacts, stamp: str) -> None:
+        try:
+            await self.cluster.annotate(facts, WAKE_ANNOTATION, stamp)
+        except Exception as exc:  # gone meanwhile, or the API is down: the next refusal retries
+            self.metrics.woken.labels("failed").inc()
+            self.waiting.passed(facts.key)
+            log.info("could not wake %s: %s", facts.key, exc)
+            return
+        self.metrics.woken.labels("annotated").inc()
+        log.info("woke %s: a node it was turned away from has room now", facts.key)
 
     def record_history(self, now: float) -> None:
         """One point per node for the dashboard's chart (at each sweep)."""
@@ -577,6 +622,10 @@ class ExtenderService:
             while True:
                 await asyncio.sleep(sweep_every)
                 self.sweep()
+                try:
+                    self.wake_waiting()
+                except Exception:  # a wake is an optimisation: never let it stop the sweeps
+                    log.exception("waking turned-away pods failed")
                 if watch.done():
                     watch.result()  # re-raise a crashed watch instead of serving blind
         finally:

@@ -63,6 +63,7 @@ from scheduler_ext.decisions import Decider
 from scheduler_ext.ledger import Ledger, PodState
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 from scheduler_ext.shape import ScoreShape
+from scheduler_ext.waiting import WaitingPods
 
 NAMESPACE = "sim"
 USAGE_EVERY = 0.5  # seconds between reads of the pods' own usage (the agent's cgroup reader)
@@ -210,6 +211,8 @@ class CaricoExtender:
         # (time, node, pods of the class that fit, data fresh) at every bind's decision: what
         # tests check.
         self.decisions: list[tuple[float, str, float, bool]] = []
+        # The pods its filter turned away (docs/architecture.md#waking-turned-away-pods).
+        self.waiting = WaitingPods()
 
     def facts(self, pod: int) -> PodFacts:
         klass = pod_class(self.model, pod) if self.model is not None else None
@@ -226,7 +229,13 @@ class CaricoExtender:
         self.ledger.observe(pod, self._now)
 
     def filter(self, pod: int, nodes: list[str], now: float) -> tuple[list[str], dict[str, str]]:
-        decision = self.decider.filter(self.facts(pod), nodes, now)
+        facts = self.facts(pod)
+        decision = self.decider.filter(facts, nodes, now)
+        # What the service's filter records: the pods to wake once there is room.
+        if decision.passed:
+            self.waiting.passed(facts.key)
+        elif decision.failed or decision.unresolvable:
+            self.waiting.refused(facts, nodes, now)
         return decision.passed, {**decision.failed, **decision.unresolvable}
 
     def prioritize(self, pod: int, nodes: list[str], now: float) -> dict[str, int]:
@@ -252,6 +261,7 @@ class CaricoExtender:
             self.bind_refusals += 1
             return str(exc)
         self.binds += 1
+        self.waiting.passed(facts.key)
         self.bound[pod] = node
         self.decisions.append((now, node, free, fresh))
         return ""
@@ -267,10 +277,16 @@ class CaricoExtender:
             del self.bound[pod]
             self.cluster.set_phase(self.facts(pod).key, "Running")
 
-    def sweep(self, now: float) -> None:
-        """The service's periodic sweep: reservations past their TTL end."""
+    def sweep(self, now: float) -> list[int]:
+        """The service's periodic sweep: reservations past their TTL end; returns the pods it
+        wakes (the annotation, a pod update for kube-scheduler's queue)."""
         self._now = now
         self.ledger.expire(now)
+
+        def has_room(facts: PodFacts, names: list[str]) -> bool:
+            return bool(self.decider.filter(facts, names, now).passed)
+
+        return [int(f.name.removeprefix("pod-")) for f in self.waiting.due(now, has_room)]
 
 
 class CaricoScheduler(KubeScheduler):
@@ -336,7 +352,8 @@ class CaricoScheduler(KubeScheduler):
             self._next_exchange = now + self.settings.exchange_interval
         self.ext.pods_left_pending(cluster, now)
         if now + 1e-9 >= self._next_sweep:
-            self.ext.sweep(now)
+            for pod in self.ext.sweep(now):
+                self.queue.pod_updated(pod, now)
             self._next_sweep = now + 1.0
         super().step(cluster, now)
 

@@ -11,8 +11,9 @@ Three sub-queues, as in kube-scheduler (pkg/scheduler/backend/queue):
   A pod an extender rejected moves back on *any* pod event (a pod created, bound, started or
   finished): kube-scheduler cannot tell which event helps an extender, so since v1.30 it requeues
   such pods on every event (kubernetes#122019, PR #122022). Pods left there longer than 5
-  minutes are flushed every 30 s whatever happens. A pod whose attempt overlapped a move request
-  goes to backoffQ directly, so it is not forgotten.
+  minutes are flushed every 30 s whatever happens. Carico's extender wakes a pod it turned away
+  once there is room for it, by updating the pod (``pod_updated``). A pod whose attempt
+  overlapped a move request goes to backoffQ directly, so it is not forgotten.
 
 Neighbours: ``scheduler.py`` pops from it and reports failures; the engine signals events.
 """
@@ -132,6 +133,12 @@ class SchedulingQueue:
     def move_extender_rejected(self, now: float) -> None:
         """Any pod event: the pods an extender rejected go back (kubernetes#122019)."""
         for pod in list(self.on_any_event):
+            self._move(pod, now)
+
+    def pod_updated(self, pod: int, now: float) -> None:
+        """The pod itself changed (Carico's wake annotation): an unschedulable pod an extender
+        rejected goes back, as on any event (docs/architecture.md#waking-turned-away-pods)."""
+        if pod in self.on_any_event:
             self._move(pod, now)
 
     def tick(self, now: float) -> None:

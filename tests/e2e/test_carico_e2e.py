@@ -45,6 +45,7 @@ from e2e_extender import ExtenderProcess
 from fake_kubelet import STARTUP_SECONDS_ANNOTATION, FakeKubelet
 
 from carico_app.schedconfig import CARICO_PROFILE
+from scheduler_ext.waiting import WAKE_ANNOTATION
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -240,6 +241,39 @@ def test_burst_respects_room_minus_reserved(
     assert explain["class"]["class"] == BARE_CLASS, explain
     assert {c["source"] for c in costs.values()} <= {"learned", "fleet"}, explain
     assert all(BARE_CLASS in why for why in explain["filter"]["failed"].values()), explain
+
+
+def test_a_turned_away_pod_is_woken_when_room_appears(
+    carico_agents: AgentFedFactory,
+    node_agents: NodeAgents,
+    api_client: kubernetes.client.ApiClient,
+    namespace: str,
+) -> None:
+    """Room that appears on a node by itself (its use falls, no pod or node changes) is no
+    event kube-scheduler hears of: the pod it turned away would wait out the five-minute flush
+    of its unschedulable queue. The extender annotates it instead, and it is bound at once
+    (docs/architecture.md#waking-turned-away-pods)."""
+    ext = carico_agents()
+    core = kubernetes.client.CoreV1Api(api_client)
+    want = _fill(node_agents, N0, N1, N2)
+    _anchor(core, namespace, N1, ext)  # the class measured: refused on room, not probed
+    _wait_room(ext, node_agents, want)
+    core.create_namespaced_pod(namespace, _pod("waiting", HOLD))
+    wait_for(
+        lambda: _unschedulable(core.read_namespaced_pod("waiting", namespace)),
+        LIVENESS_S,
+        "the pod turned away",
+    )
+    _wait_room(ext, node_agents, _room(node_agents, e2e_node_0=2.0))
+    # LIVENESS_S (90 s) is well inside kube-scheduler's five minutes: without the wake the pod
+    # is still waiting when this gives up.
+    wait_for(
+        lambda: core.read_namespaced_pod("waiting", namespace).spec.node_name == N0,
+        LIVENESS_S,
+        "the pod bound once N0 had room",
+    )
+    annotations = core.read_namespaced_pod("waiting", namespace).metadata.annotations or {}
+    assert WAKE_ANNOTATION in annotations, annotations
 
 
 def test_reservations_released_when_pods_run(

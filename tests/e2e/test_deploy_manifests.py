@@ -473,6 +473,8 @@ NEEDED = [
     Access("carico-scheduler", "list", "nodes"),
     Access("carico-scheduler", "list", "poddisruptionbudgets", group="policy"),
     Access("carico-scheduler", "create", "pods", subresource="binding", namespace="team-a"),
+    # ... the annotation that wakes a pod it turned away once there is room.
+    Access("carico-scheduler", "patch", "pods", namespace="team-a"),
     Access("carico-scheduler", "create", "events", namespace="team-a"),
     # kube-scheduler: its own lease and the delegated-authentication configuration.
     Access("carico-scheduler", "create", "leases", group="coordination.k8s.io", namespace=NS),
@@ -495,6 +497,9 @@ FORBIDDEN = [
     Access("carico-aggregator", "get", "configmaps", namespace=NS),
     # Evictions belong to the repack-apply overlay only.
     Access("carico-scheduler", "create", "pods", subresource="eviction", namespace="team-a"),
+    # Patching a pod's metadata is all it changes of pods: never delete, update or status.
+    Access("carico-scheduler", "delete", "pods", namespace="team-a"),
+    Access("carico-scheduler", "update", "pods", namespace="team-a"),
     _lease_update("someone-else"),
     # Nobody reads secrets, anywhere.
     *(Access(sa, verb, "secrets") for sa in SERVICE_ACCOUNTS for verb in ("get", "list", "watch")),

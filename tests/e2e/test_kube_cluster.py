@@ -84,6 +84,23 @@ async def test_bind_sets_node_name_and_rebind_is_a_clear_error(
         await kube.bind(PodFacts(namespace, "no-such-pod"), N0)
 
 
+async def test_annotate_sets_one_annotation_and_checks_the_uid(
+    kube: KubernetesCluster, api_client: kubernetes.client.ApiClient, namespace: str
+) -> None:
+    core = kubernetes.client.CoreV1Api(api_client)
+    facts = _create(core, namespace, "wake-me", "no-such-scheduler")
+    await kube.annotate(facts, "carico.io/room-seen-at", "1.5")
+    annotations = core.read_namespaced_pod("wake-me", namespace).metadata.annotations
+    # Set beside the pod's own annotations, which the merge patch keeps.
+    assert annotations == {STARTUP_SECONDS_ANNOTATION: "3600", "carico.io/room-seen-at": "1.5"}
+    with pytest.raises(BindError) as err:  # a pod recreated under the name is left alone
+        await kube.annotate(PodFacts(namespace, "wake-me", "not-its-uid"), "x.io/y", "z")
+    assert "uid" in str(err.value).lower(), err.value
+    assert "x.io/y" not in core.read_namespaced_pod("wake-me", namespace).metadata.annotations
+    with pytest.raises(BindError, match="not found"):
+        await kube.annotate(PodFacts(namespace, "no-such-pod"), "x.io/y", "z")
+
+
 async def test_list_then_watch_bound_pending_pods(
     kube: KubernetesCluster,
     api_client: kubernetes.client.ApiClient,

@@ -80,3 +80,18 @@ def test_active_queue_is_fifo_by_queue_time() -> None:
 def test_rejects_bad_configuration() -> None:
     with pytest.raises(ValueError):
         SchedulingQueue(initial_backoff=5.0, max_backoff=1.0)
+
+
+def test_a_pod_update_brings_back_only_a_pod_an_extender_rejected() -> None:
+    q = SchedulingQueue()
+    for pod in (1, 2):
+        q.add(pod, 0.0)
+        assert q.pop(0.0) == pod
+    q.add_unschedulable(1, 0.0, by_extender=True)
+    q.add_unschedulable(2, 0.0)  # an in-tree filter refused it: its own update does not help
+    q.pod_updated(1, 5.0)  # Carico's wake annotation
+    q.pod_updated(2, 5.0)
+    q.pod_updated(3, 5.0)  # not queued at all: nothing happens
+    assert q.pop(5.0) == 1
+    assert q.pop(5.0) is None
+    assert q.pending_counts() == (0, 0, 1)
