@@ -544,8 +544,9 @@ def _wait_for_room(release: CaricoRelease, timeout_s: float = 180.0) -> None:
 
 
 def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
-    """What the extender did meanwhile: its repack runs and its log's warnings, so a slow run
-    can be told from a slow scheduler."""
+    """What the extender did meanwhile: its repack runs, its log's warnings and the pods it
+    woke (docs/architecture.md#waking-turned-away-pods), so a slow run can be told from a slow
+    scheduler."""
     try:
         plans = release.get("/api/v1/repack/plans")
     except OSError as exc:
@@ -553,8 +554,12 @@ def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
     print(f"  repack runs: {json.dumps(plans)[:2000]}")
     for pod in release.pods("scheduler"):
         lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
-        noted = [x for x in lines if "WARN" in x or "ERROR" in x or "repack" in x]
-        print(f"  {pod.metadata.name} log ({len(lines)} lines), warnings and repack lines:")
+        noted = [
+            x
+            for x in lines
+            if "WARN" in x or "ERROR" in x or "repack" in x or "woke" in x or "wake" in x
+        ]
+        print(f"  {pod.metadata.name} log ({len(lines)} lines), warnings, repack and wake lines:")
         print("    " + "\n    ".join(noted[-30:]))
 
 
