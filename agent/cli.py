@@ -68,6 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _single_threaded_blas()
     from agent.pipeline import PipelineConfig
     from agent.proc_source import DEFAULT_POD_USAGE_INTERVAL
+    from agent.report_gate import DEFAULT_KEEPALIVE_S
     from agent.service import ServiceConfig
 
     pipe = PipelineConfig()
@@ -190,6 +191,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_env_argument(
         g,
+        "--report-keepalive",
+        default=DEFAULT_KEEPALIVE_S,
+        type=non_negative_float,
+        help="seconds after which an unchanged capacity report is sent anyway (a changed one goes "
+        "at once); keep it well below the extender's --stale-after; 0 sends every report",
+    )
+    add_env_argument(
+        g,
         "--global-ttl",
         default=pipe.global_ttl_s,
         type=positive_float,
@@ -272,6 +281,7 @@ def _run(args: argparse.Namespace) -> int:
     from agent.cgroup_watch import HintUnavailable
     from agent.pipeline import PipelineConfig
     from agent.proc_source import ProcSource
+    from agent.report_gate import GateConfig
     from agent.service import AgentService, ServiceConfig
 
     metrics_port = args.metrics_port
@@ -322,6 +332,7 @@ def _run(args: argparse.Namespace) -> int:
         kubeconfig=args.kubeconfig,
         churn_hint=args.churn_hint,
         cgroup_root=args.cgroup_root,
+        report_gate=GateConfig(keepalive_s=args.report_keepalive),
     )
     source = ProcSource(
         args.proc_root,

@@ -240,8 +240,12 @@ class CapacityReporter:
             self.streams += 1
             self.connected = True
             self.backoff.reset()
-            if self._pending:
-                self._wake.set()  # an unsent report goes out on the fresh stream at once
+            if self._latest is not None:
+                # The latest report goes out on the fresh stream at once, sent before or not:
+                # the extender may have restarted, and the agent's next report may be a
+                # keepalive away (agent/report_gate.py).
+                self._pending = True
+                self._wake.set()
             stub = capacity_pb2_grpc.CapacityIngestStub(channel)
             try:
                 summary = await stub.Report(self._requests())

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agent.wire import GlobalWorkload
 
 from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
+from agent.report_gate import GateConfig, ReportGate
 from agent.telemetry import TelemetrySource
 from carico.pods import PodClass
 
@@ -53,6 +54,7 @@ class ServiceConfig:
     kubeconfig: str = ""
     churn_hint: str = "none"  # "cgroup": inotify on the kubepods cgroup tree
     cgroup_root: str = "/sys/fs/cgroup"
+    report_gate: GateConfig = field(default_factory=GateConfig)
 
 
 class PodState:
@@ -156,6 +158,8 @@ class AgentService:
         self.pipeline = AgentPipeline(source.feature_names, config.pipeline)
         self.exchange: Any = None  # agent.grpc_client.ExchangeClient when configured
         self.reporter: Any = None  # agent.grpc_client.CapacityReporter when configured
+        # Which reports go to the extender: a material change, else a keepalive.
+        self.gate = ReportGate(config.report_gate)
         self.watcher: Any = None  # agent.kube_watch.PodWatcher when configured
         self.churn_hint: Any = None  # agent.cgroup_watch.CgroupChurnHint when configured
         self.reports = 0
@@ -191,7 +195,7 @@ class AgentService:
             self.out.write(report_json(self.config.node, report, self.source.feature_names, ts))
             self.out.write("\n")
             self.out.flush()
-        if self.reporter is not None:
+        if self.reporter is not None and self.gate.why(report):
             from agent.wire import node_capacity_message
 
             self.reporter.publish(

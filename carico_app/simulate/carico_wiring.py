@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from agent.pipeline import AgentPipeline, GlobalView, PipelineConfig
+from agent.report_gate import GateConfig, ReportGate
 from agent.telemetry import DEFAULT_FEATURES, PodUsage, Sample, cpu_feature
 from agent.wire import (
     factor_from_wire,
@@ -178,11 +179,17 @@ class SimAgent:
     """One node's agent: its source, its pipeline and what it last told the others."""
 
     def __init__(
-        self, name: str, source: SimTelemetrySource, config: PipelineConfig | None = None
+        self,
+        name: str,
+        source: SimTelemetrySource,
+        config: PipelineConfig | None = None,
+        gate: GateConfig | None = None,
     ) -> None:
         self.name = name
         self.source = source
         self.pipeline = AgentPipeline(source.feature_names, config)
+        # The reports that reach the extender: a change at once, else a keepalive.
+        self.gate = ReportGate(gate or GateConfig())
         self.pods: int | None = None
         self.sequence = 0
         self.exchange_sequence = 0
@@ -363,7 +370,7 @@ class CaricoScheduler(KubeScheduler):
         event = agent.pods is not None and pods != agent.pods
         agent.pods = pods
         report = agent.pipeline.step(now, sample, pods, event)
-        if report is None:
+        if report is None or not agent.gate.why(report):
             return
         msg = node_capacity_message(agent.name, report, agent.source.feature_names, now)
         agent.sequence += 1

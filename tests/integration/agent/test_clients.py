@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from agent.pipeline import PipelineConfig
+from agent.report_gate import GateConfig
 from agent.service import AgentService, ServiceConfig
 from protos.carico.v1 import aggregator_pb2_grpc, capacity_pb2, capacity_pb2_grpc
 
@@ -40,8 +41,14 @@ async def running(service: AgentService) -> AsyncIterator[asyncio.Task[int]]:
 
 
 def make_service(**kwargs: object) -> AgentService:
+    # Every report goes out (keepalive 0) unless a test says otherwise: these tests count them.
     config = ServiceConfig(
-        node="node-a", pipeline=FAST, exchange_interval=0.2, rpc_timeout=1.0, backoff_max=0.8
+        node="node-a",
+        pipeline=FAST,
+        exchange_interval=0.2,
+        rpc_timeout=1.0,
+        backoff_max=0.8,
+        report_gate=GateConfig(keepalive_s=0.0),
     )
     for key, value in kwargs.items():
         setattr(config, key, value)
@@ -128,6 +135,28 @@ async def test_capacity_stream_survives_extender_restarts_with_increasing_sequen
     assert list(m.feature_names) == ["cpu", "memory"]
     assert np.allclose(list(m.features), [0.3, 0.2], atol=0.05)  # the scripted level ± noise
     assert m.health.psi_available and m.k > 0 and m.avail > 0
+
+
+async def test_unchanged_reports_go_as_keepalives() -> None:
+    ingest = RecordingIngest()
+    server = Server(lambda s: capacity_pb2_grpc.add_CapacityIngestServicer_to_server(ingest, s))
+    await server.start()
+    # A steady node: a report every 0.1 s, none changing materially, so one goes every 1 s.
+    service = make_service(extender=server.target, report_gate=GateConfig(keepalive_s=1.0))
+    try:
+        async with running(service):
+            await wait_for(lambda: service.reports >= 30)
+    finally:
+        await server.stop()
+    made, sent = service.reports, len(ingest.received)
+    reasons = service.gate.sent
+    # The keepalive goes by the reports' own clock: 30 reports span at least 3 s, so at least
+    # the first and 2 keepalives; a change while the scripted estimate settles may add a few.
+    assert reasons.get("first") == 1 and reasons.get("keepalive", 0) >= 2, reasons
+    # The last one let through may still be on its way when the agent stops.
+    passed = sum(reasons.values())
+    assert passed - 1 <= sent <= passed and service.gate.held == made - passed
+    assert passed <= made // 3, (made, passed, reasons)
 
 
 async def test_metrics_and_health_endpoints() -> None:
