@@ -22,7 +22,7 @@ from agent.pipeline import CapacityReport
 from carico.footprint import Footprint
 
 # Off by default (every report goes out): with 3 s the real node's burst test saw the extender
-# admit one pod past its capacity in 2 of 4 runs, against none in 8 without (not yet understood;
+# admit one pod past its capacity in 2 of 4 runs, against none in 11 without (not yet understood;
 # docs/architecture.md#report-cadence).
 DEFAULT_KEEPALIVE_S = 0.0
 
