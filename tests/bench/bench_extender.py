@@ -65,39 +65,14 @@ def filter_body(names: list[str], cache_capable: bool) -> bytes:
 
 
 def serve_trivial(port: int, event_loop: str) -> None:
+    """Every node passes, every score is 0: the throughput benchmark's trivial extender
+    (throughput_trivial.py) without its bind verb, on the same aiohttp and msgspec stack."""
     from aiohttp import web
+    from throughput_trivial import build
 
     from carico.cliargs import event_loop_factory
-    from scheduler_ext import wire
 
-    def names_of(args: wire.ExtenderArgs) -> list[str]:
-        if args.NodeNames is not None:
-            return args.NodeNames
-        items = args.Nodes.items if args.Nodes is not None else None
-        return [i.metadata.name if i.metadata else "" for i in items or ()]
-
-    async def filter_(request: web.Request) -> web.Response:
-        body = await request.read()
-        args = wire.decode_args(body)
-        if args.NodeNames is not None:
-            reply = wire.encode(wire.FilterResultNames(args.NodeNames, {}, {}))
-        else:
-            reply = wire.encode(wire.FilterResultNodes(wire.decode_nodes_whole(body).Nodes, {}, {}))
-        return web.Response(body=reply, content_type="application/json")
-
-    async def prioritize(request: web.Request) -> web.Response:
-        args = wire.decode_args(await request.read())
-        reply = wire.encode([wire.HostPriority(n, 0) for n in names_of(args)])
-        return web.Response(body=reply, content_type="application/json")
-
-    app = web.Application(client_max_size=1 << 30)
-    app.router.add_post("/scheduler/filter", filter_)
-    app.router.add_post("/scheduler/prioritize", prioritize)
-
-    async def healthz(_: web.Request) -> web.Response:
-        return web.Response(text="ok")
-
-    app.router.add_get("/healthz", healthz)
+    app = build(None)
     web.run_app(
         app,
         host="127.0.0.1",

@@ -28,7 +28,10 @@ from scheduler_ext.pods import PodFacts  # noqa: E402
 JSON = "application/json"
 
 
-def build(cluster: KubernetesCluster) -> web.Application:
+def build(cluster: KubernetesCluster | None) -> web.Application:
+    """The trivial extender's app; with no cluster it has no bind verb (the extender benchmark's
+    baseline, which only filters and prioritizes)."""
+
     def names_of(args: wire.ExtenderArgs) -> list[str]:
         if args.NodeNames is not None:
             return args.NodeNames
@@ -50,6 +53,7 @@ def build(cluster: KubernetesCluster) -> web.Application:
         return web.Response(body=reply, content_type=JSON)
 
     async def bind(request: web.Request) -> web.Response:
+        assert cluster is not None
         args = wire.decode_binding(await request.read())
         try:
             await cluster.bind(PodFacts(args.PodNamespace, args.PodName, args.PodUID), args.Node)
@@ -64,7 +68,8 @@ def build(cluster: KubernetesCluster) -> web.Application:
     app = web.Application(client_max_size=1 << 30)
     app.router.add_post("/scheduler/filter", filter_)
     app.router.add_post("/scheduler/prioritize", prioritize)
-    app.router.add_post("/scheduler/bind", bind)
+    if cluster is not None:
+        app.router.add_post("/scheduler/bind", bind)
     app.router.add_get("/healthz", healthz)
     return app
 
