@@ -149,26 +149,26 @@ class Extenders:
         self.feed_pid: int | None = None
         self.metrics_url = ""
 
-    def start(self, config: Config, avails: dict[str, float]) -> str:
-        """Start the extender; returns its URL prefix."""
-        if config.extender == "trivial":
-            port = free_ports(1)[0]
-            log = open(self.workdir / "trivial.log", "ab")  # noqa: SIM115
+    def _spawn(self, script: str, *args: str) -> int:
+        """Run one of this directory's scripts in its own session, logging to WORKDIR/NAME.log
+        (NAME the script's without ``throughput_``), dying with this process; returns its pid."""
+        name = script.removeprefix("throughput_").removesuffix(".py")
+        with open(self.workdir / f"{name}.log", "ab") as log:
             proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(HERE / "throughput_trivial.py"),
-                    str(self.cp.kubeconfig),
-                    str(port),
-                ],
+                [sys.executable, str(HERE / script), *args],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
-            log.close()
-            self.procs.append(proc)
-            self.pid = proc.pid
+        self.procs.append(proc)
+        return proc.pid
+
+    def start(self, config: Config, avails: dict[str, float]) -> str:
+        """Start the extender; returns its URL prefix."""
+        if config.extender == "trivial":
+            port = free_ports(1)[0]
+            self.pid = self._spawn("throughput_trivial.py", str(self.cp.kubeconfig), str(port))
             wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "trivial extender")
             return f"http://127.0.0.1:{port}/scheduler"
         stale_after = 3 * self.report_every
@@ -190,23 +190,9 @@ class Extenders:
         self.metrics_url = f"{ext.base}/metrics"
         path = self.workdir / "avails.json"
         path.write_text(json.dumps(avails))
-        feed_log = open(self.workdir / "feed.log", "ab")  # noqa: SIM115
-        feed = subprocess.Popen(
-            [
-                sys.executable,
-                str(HERE / "throughput_feed.py"),
-                f"127.0.0.1:{ext.grpc_port}",
-                str(path),
-                f"{self.report_every:g}",
-            ],
-            stdout=feed_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
+        self.feed_pid = self._spawn(
+            "throughput_feed.py", f"127.0.0.1:{ext.grpc_port}", str(path), f"{self.report_every:g}"
         )
-        feed_log.close()
-        self.procs.append(feed)
-        self.feed_pid = feed.pid
 
         def all_reported() -> bool:
             return _metric(
