@@ -23,9 +23,7 @@ from repack.driver.balance import rebalance
 from repack.driver.options import SolveOptions
 from repack.problem.checker import check_goal
 from repack.problem.goal_spec import GoalSpec, Limits
-from repack.problem.snapshot import parse_list
 from scheduler_ext.repack.executor import COMPLETED
-from scheduler_ext.repack.live import merge_lists
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -91,16 +89,7 @@ def test_consolidate_plan_frees_two_nodes_without_overload_or_budget_breach(
         budget(b, "rs-c-0", minAvailable=1)  # allows no disruption: the pod may not move
         budget(b, "rs-b-0", maxUnavailable=1)  # allows one
         guarded = b.pod_of("rs-c-0")
-        raws = ext.call(lambda: ext.svc.cluster.list_for_repack())  # type: ignore[attr-defined]
-        document = merge_lists(raws)
-        pool_nodes = set(b.nodes.values())
-        items = [
-            i
-            for i in document["items"]
-            if (i["kind"] == "Node" and i["metadata"]["name"] in pool_nodes)
-            or (i["kind"] != "Node" and i["metadata"].get("namespace") == b.ns)
-        ]
-        snapshot = parse_list({"items": items})
+        snapshot = b.snapshot(ext)
         plan = rebalance(snapshot, SPEC, SolveOptions(time_limit=10, workers=1))
         assert plan.improved, plan.message
         assert check_goal(snapshot, plan, SPEC) == []

@@ -35,7 +35,7 @@ from kubernetes.client.rest import ApiException
 from carico_app.schedconfig import CARICO_PROFILE, ExtenderConfig
 from repack.driver.solver import SolveOptions, solve
 from repack.problem.plan import Plan
-from repack.problem.snapshot import parse_list, parse_resource_quantity
+from repack.problem.snapshot import Snapshot, parse_list, parse_resource_quantity
 from scheduler_ext.repack.executor import ABORTED, COMPLETED, ExecutorOptions, PlanExecutor
 from scheduler_ext.repack.live import merge_lists
 
@@ -117,8 +117,8 @@ class Bed:
 
         wait_for(pending_unschedulable, LIVENESS_S, "the tenth pod pending as Unschedulable")
 
-    def plan(self, ext: InProcessExtender) -> Plan:
-        """A plan computed from the live objects of this pool and namespace."""
+    def snapshot(self, ext: InProcessExtender) -> Snapshot:
+        """The live objects of this pool and namespace, as the extender lists them to repack."""
         raws = ext.call(lambda: ext.svc.cluster.list_for_repack())  # type: ignore[attr-defined]
         document = merge_lists(raws)
         pool = set(self.nodes.values())
@@ -128,7 +128,11 @@ class Bed:
             if (i["kind"] == "Node" and i["metadata"]["name"] in pool)
             or (i["kind"] != "Node" and i["metadata"].get("namespace") == self.ns)
         ]
-        plan = solve(parse_list({"items": items}), SolveOptions(time_limit=10, workers=1))
+        return parse_list({"items": items})
+
+    def plan(self, ext: InProcessExtender) -> Plan:
+        """A plan computed from the live objects of this pool and namespace."""
+        plan = solve(self.snapshot(ext), SolveOptions(time_limit=10, workers=1))
         assert plan.improved, plan.message
         return plan
 
