@@ -26,10 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TypeVar
 
 from repack.problem.eligibility import eligible
 from repack.problem.goal_spec import GOAL_RESOURCES, GoalSpec, excluded
 from repack.problem.snapshot import Snapshot
+
+Number = TypeVar("Number", int, float)
 
 Usage = Mapping[str, Mapping[str, float]]  # pod key -> measured use per resource
 # fixed pods that do not keep a node from going (they run on every node anyway)
@@ -149,24 +152,26 @@ def build_view(snapshot: Snapshot, spec: GoalSpec, usage: Usage | None = None) -
     )
 
 
-def loads(view: GoalView, where: Sequence[int]) -> list[list[int]]:
-    """Requests per node and resource with the movable pods on ``where``."""
-    out = [list(row) for row in view.fixed]
+def _placed(
+    fixed: Sequence[Sequence[Number]], per_pod: Sequence[Sequence[Number]], where: Sequence[int]
+) -> list[list[Number]]:
+    """Per node, ``fixed`` plus the rows of the movable pods ``where`` puts on it."""
+    out = [list(row) for row in fixed]
     for p, n in enumerate(where):
         row = out[n]
-        for r, v in enumerate(view.req[p]):
+        for r, v in enumerate(per_pod[p]):
             row[r] += v
     return out
 
 
+def loads(view: GoalView, where: Sequence[int]) -> list[list[int]]:
+    """Requests per node and resource with the movable pods on ``where``."""
+    return _placed(view.fixed, view.req, where)
+
+
 def uses(view: GoalView, where: Sequence[int]) -> list[list[float]]:
     """Use per node and measured resource with the movable pods on ``where``."""
-    out = [list(row) for row in view.fixed_use]
-    for p, n in enumerate(where):
-        row = out[n]
-        for k, v in enumerate(view.use[p]):
-            row[k] += v
-    return out
+    return _placed(view.fixed_use, view.use, where)
 
 
 def node_imbalance(weights: Sequence[float], use: Sequence[float]) -> float:
