@@ -39,13 +39,17 @@ from carico.footprint import (
     PodMeasurement,
     resolve,
 )
-from carico.pods import PodClass, Requests
+from carico.pods import MAX_COUNTED_PODS, PodClass, Requests
 
 # y_base follows the node's unexplained use with this gain per quiet batch (half-life about 14 s):
 # slow enough that one noisy batch moves it little, fast enough to follow a daemon that starts.
 BASE_GAIN = 0.05
 # Readings closer together than this give no measurement (mostly noise over so short a time).
 MIN_INTERVAL = 0.25
+# A pod is listed among the pods a report counts for this long after it began to count: the
+# extender holds its reservation until a report lists it (docs/architecture.md#reservations), and
+# half a minute of reports outlasts a reconnecting stream.
+COUNTED_WINDOW = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,7 @@ class ClassCapacity:
         self.learner = FootprintLearner(max_classes=max_classes)
         self.fleet: FleetSummary = EMPTY_FLEET
         self.running: dict[str, PodClass] = {}  # pod uid -> its class, running workload pods
+        self._counted_since: dict[str, float] = {}  # pod uid -> when it began to count
         self._usage: dict[str, tuple[float, PodUsage]] = {}  # uid -> (when read, last reading)
         self._base: np.ndarray | None = None
         self._unexplained: np.ndarray | None = None
@@ -101,11 +106,20 @@ class ClassCapacity:
     def set_running(self, now: float, running: Mapping[str, PodClass]) -> None:
         """The node's running workload pods and their classes (from the pod watch)."""
         self.running = dict(running)
+        since = self._counted_since
+        self._counted_since = {uid: since.get(uid, now) for uid in self.running}
         counts: dict[str, int] = {}
         for pod in self.running.values():
             self.learner.note_requests(pod.name, pod.requests, now)
             counts[pod.name] = counts.get(pod.name, 0) + 1
         self._history.append((now, counts))
+
+    def counted_recently(self, now: float) -> tuple[str, ...]:
+        """The uids of the running pods that began to count in the last ``COUNTED_WINDOW``
+        seconds, newest first, at most ``MAX_COUNTED_PODS``."""
+        recent = [(t, uid) for uid, t in self._counted_since.items() if now - t <= COUNTED_WINDOW]
+        recent.sort(reverse=True)
+        return tuple(uid for _, uid in recent[:MAX_COUNTED_PODS])
 
     def _counts_at(self, t: float) -> dict[str, int]:
         """The running pods per class at time ``t`` (the last change at or before it)."""

@@ -124,6 +124,8 @@ class CapacityReport:
     samples_missing: int
     cost_source: str
     classes: CapacityView | None = None  # per-class capacity (None until the node size is known)
+    # The pods this report counts that began to count lately (docs/architecture.md#reservations).
+    counted_pods: tuple[str, ...] = ()
 
 
 class AgentPipeline:
@@ -275,6 +277,7 @@ class AgentPipeline:
                 churn=True,
                 samples_missing=self.samples_missing,
                 classes=classes,
+                counted_pods=self.classes.counted_recently(now),
             )
         elif classes is not None:
             report = replace(
@@ -284,6 +287,7 @@ class AgentPipeline:
                 churn=churn or last.churn,
                 samples_missing=self.samples_missing,
                 classes=classes,
+                counted_pods=self.classes.counted_recently(now),
             )
         else:
             return None
@@ -380,6 +384,7 @@ class AgentPipeline:
             samples_missing=self.samples_missing,
             cost_source=est.cost_source,
             classes=classes,
+            counted_pods=self.classes.counted_recently(now),
         )
         self.last_report = report
         return report

@@ -4,12 +4,13 @@ one keepalive every few seconds. Pure: no I/O, times come with the reports.
 The pipeline makes a report every batch (1 s). Most of them repeat the last within its noise,
 and each one costs the extender about 160 µs of CPU (docs/benchmarks.md#ingest): a 5,000-node
 cluster reporting every batch would keep most of a core busy for nothing. A report goes out when
-it differs from the last one sent in anything a decision reads (mode, pods, health flags, avail
-by ``avail_delta`` pods, a headroom by ``headroom_delta``, a class's footprint by
-``footprint_rel`` of itself, the classes present or their pod counts, the node's size), and
-otherwise when ``keepalive_s`` has passed, which keeps the node fresh at the extender (its
-``--stale-after``, 10 s by default, must stay well above it). ``keepalive_s`` 0, the default
-for now, sends every report (docs/architecture.md#report-cadence).
+it differs from the last one sent in anything a decision reads (mode, pods, health flags, a pod
+counted that the last one did not list, avail by ``avail_delta`` pods, a headroom by
+``headroom_delta``, a class's footprint by ``footprint_rel`` of itself, the classes present or
+their pod counts, the node's size), and otherwise when ``keepalive_s`` has passed, which keeps
+the node fresh at the extender (its ``--stale-after``, 10 s by default, must stay well above
+it). ``keepalive_s`` 0, the default for now, sends every report
+(docs/architecture.md#report-cadence).
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def change(last: CapacityReport, new: CapacityReport, config: GateConfig) -> str
         return "health"
     if (last.samples_missing > 0) != (new.samples_missing > 0):
         return "health"
+    if not set(new.counted_pods) <= set(last.counted_pods):
+        return "counted"  # the extender holds these pods' reservations until it hears of them
     if _moved(last.avail, new.avail, config.avail_delta):
         return "avail"
     return _classes_changed(last.classes, new.classes, config)

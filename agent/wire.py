@@ -179,6 +179,7 @@ def node_capacity_message(
         features=list(report.features),
         feature_names=list(feature_names),
         global_workload=global_workload_message(global_workload, feature_names, report.now),
+        counted_pods=report.counted_pods,
     )
     view = report.classes
     if view is not None:

@@ -192,6 +192,11 @@ def pod_requests(
 TEMPLATE_HASH_LABEL = "pod-template-hash"
 # A class name longer than this (a bare pod with very many containers) is shortened to a digest.
 MAX_CLASS_NAME = 320
+# A report lists at most this many pods that began to count on its node (a node runs at most a few
+# hundred pods, and only the last half minute's starts are listed), each uid at most MAX_UID long
+# (a Kubernetes uid is a 36-character UUID).
+MAX_COUNTED_PODS = 256
+MAX_UID = 128
 
 
 def workload_class(

@@ -36,7 +36,7 @@ from carico.footprint import (
     Footprint,
 )
 from carico.names import MAX_SUBDOMAIN, subdomain_problem
-from carico.pods import MAX_CLASS_NAME, Requests
+from carico.pods import MAX_CLASS_NAME, MAX_COUNTED_PODS, MAX_UID, Requests
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext.class_fit import Fit, FleetView, NodeClasses, node_fit
 from scheduler_ext.workload import GlobalWorkload, validate_workload
@@ -201,6 +201,10 @@ def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
         return "features contain a non-finite value"
     if msg.feature_names and len(msg.feature_names) != len(msg.features):
         return "features and feature_names differ in length"
+    if len(msg.counted_pods) > MAX_COUNTED_PODS:
+        return f"{len(msg.counted_pods)} counted pods (at most {MAX_COUNTED_PODS})"
+    if any(len(uid) > MAX_UID for uid in msg.counted_pods):
+        return f"a counted pod's uid is longer than {MAX_UID} characters"
     return _validate_classes(msg) or validate_workload(msg.global_workload)
 
 

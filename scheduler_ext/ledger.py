@@ -1,13 +1,20 @@
-"""The reservation ledger: one pod-unit held on a node from bind until the pod leaves Pending.
+"""The reservation ledger: a pod's cost held on a node from bind until the node's reports count it.
 
 Between a bind and the moment the node's agent counts the new pod, the node's reported avail still
 includes the room that pod will take; without a reservation every pod of a burst would be sent to
 the same node (docs/architecture.md#reservations). ``reserve`` checks the capacity and takes the
-unit under the table's lock, so parallel binds never over-reserve. A reservation ends when the pod
-watch says the pod left Pending on that node (Running, Succeeded, Failed), was deleted or went to
-another node; when the bind that made it fails (undone: a failed bind never touches a reservation
-it did not make); or after a TTL as a safety net. On start, and whenever the watch has to relist,
-the ledger is reconciled against the pods that are bound and still Pending.
+unit under the table's lock, so parallel binds never over-reserve.
+
+A reservation ends when a report of its node lists the pod among the pods it counts (the agent
+lists the uids of the pods it began to count in the last half minute); when the pod watch says it
+ended (Succeeded, Failed), was deleted while Pending or went to another node; when the bind that
+made it fails (undone: a failed bind never touches a reservation it did not make); or after a TTL
+as a safety net. A pod the watch sees Running is *handed over*: its reservation stays until a
+report counts it, or ``handover_timeout`` seconds (an agent too old to list the pods it counts).
+Ending it at Running instead left a gap: the pod counted nowhere until its agent's next report,
+and kube-scheduler, which retries waiting pods on that very pod update, could fill the node past
+its room. On start, and whenever the watch has to relist, the ledger is reconciled against the
+pods that are bound and still Pending.
 
 Pure logic: times are passed in. Neighbours: ``capacity`` (the counts live there, so verdicts see
 them), ``service`` (bind flow), the cluster implementations (pod events).
@@ -16,14 +23,20 @@ them), ``service`` (bind flow), the cluster implementations (pod events).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from carico.pods import Requests
-from scheduler_ext.capacity import CapacityTable, fmt
+from protos.carico.v1 import capacity_pb2
+from scheduler_ext.capacity import CapacityTable, Ingest, fmt
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 
 PENDING = "Pending"
+RUNNING = "Running"
+# Seconds a pod that runs keeps its reservation while no report of its node lists it: an agent
+# lists a pod in the report it makes on seeing the pod Running, within a second even on a busy
+# node; only an agent older than the list never does.
+HANDOVER_TIMEOUT = 5.0
 DEFAULT_EXEMPTIONS = ExemptionPolicy()
 
 
@@ -46,10 +59,15 @@ class Reservation:
     # The pod's class and requests: a node with per-class data charges the class's cost.
     workload_class: str = ""
     requests: Requests = Requests()
+    # When the pod watch saw the pod Running (None while it is Pending): handed over, it waits
+    # for a report of the node to count it.
+    running_since: float | None = None
 
 
 class Release(enum.Enum):
-    RELEASED = "released"  # the pod left Pending, was deleted or moved
+    COUNTED = "counted"  # a report of its node counts the pod
+    RELEASED = "released"  # the pod ended, was deleted or moved
+    UNCOUNTED = "uncounted"  # running, but no report listed it within the hand-over timeout
     EXPIRED = "expired"  # the TTL passed without news of the pod
     UNDONE = "undone"  # the bind failed
 
@@ -82,12 +100,15 @@ class Ledger:
         ttl: float = 300.0,
         exemptions: ExemptionPolicy = DEFAULT_EXEMPTIONS,
         stale_policy: StaleData = StaleData.FAIL_OPEN,
+        handover_timeout: float = HANDOVER_TIMEOUT,
     ) -> None:
         self.table = table
         self.ttl = ttl
+        self.handover_timeout = handover_timeout
         self.exemptions = exemptions
         self.stale_policy = stale_policy
         self._by_key: dict[str, Reservation] = {}
+        self._by_uid: dict[str, Reservation] = {}
         # Lifetime counts by how reservations ended; the service exports them as metrics.
         self.created = 0
         self.ended: dict[Release, int] = dict.fromkeys(Release, 0)
@@ -192,21 +213,48 @@ class Ledger:
                 )
             return True
 
+    # -- capacity reports ------------------------------------------------------------------
+
+    def ingest(
+        self, msg: capacity_pb2.NodeCapacity, stream: Hashable, now: float
+    ) -> tuple[Ingest, str]:
+        """Take a capacity report into the table; the reservations of the pods it counts end."""
+        outcome, why = self.table.ingest(msg, stream, now)
+        if outcome is Ingest.ACCEPTED and msg.counted_pods:
+            self.counted(msg.node, msg.counted_pods)
+        return outcome, why
+
+    def counted(self, node: str, uids: Iterable[str]) -> list[Reservation]:
+        """End the reservations on ``node`` of the pods ``uids`` that its report counts."""
+        ended: list[Reservation] = []
+        with self.table.lock:
+            for uid in uids:
+                res = self._by_uid.get(uid)
+                if res is not None and res.node == node:
+                    self._drop(res, Release.COUNTED)
+                    ended.append(res)
+        return ended
+
     # -- pod lifecycle ---------------------------------------------------------------------
 
     def observe(self, pod: PodState, now: float) -> Release | None:
-        """Apply one pod event; returns how a reservation ended, if one did."""
+        """Apply one pod event; returns how a reservation ended, if one did.
+
+        The bound-Pending watch sends a pod that turned Running, Succeeded or Failed as a
+        deletion with its new phase: Running hands the reservation over (it waits for a report
+        to count the pod), the others end it.
+        """
         key = pod.facts.key
         with self.table.lock:
             current = self._by_key.get(key)
-            if pod.deleted:
-                if current is not None and (not pod.facts.uid or current.uid == pod.facts.uid):
-                    return self._drop(current, Release.RELEASED)
-                return None
-            if pod.phase != PENDING:
-                if current is not None and current.uid == pod.facts.uid:
-                    return self._drop(current, Release.RELEASED)
-                return None
+            if pod.deleted or pod.phase != PENDING:
+                if current is None or (pod.facts.uid and current.uid != pod.facts.uid):
+                    return None  # another pod of the same name (an older uid)
+                if pod.phase == RUNNING and current.node == pod.node:
+                    if current.running_since is None:
+                        current.running_since = now
+                    return None
+                return self._drop(current, Release.RELEASED)
             if not pod.node:
                 # Unbound Pending pod: possibly an event older than our bind; nothing to do.
                 return None
@@ -220,7 +268,11 @@ class Ledger:
             return ended
 
     def reconcile(self, pods: Iterable[PodState], now: float) -> None:
-        """Make the ledger match a fresh list of the pods that are bound and Pending."""
+        """Make the ledger match a fresh list of the pods that are bound and Pending.
+
+        A reservation whose pod is no longer listed may be a pod that started while the watch
+        was down: it is handed over (kept until a report counts it or the hand-over timeout).
+        """
         with self.table.lock:
             wanted = {
                 p.facts.key: p
@@ -232,18 +284,29 @@ class Ledger:
             }
             for key, res in list(self._by_key.items()):
                 pod = wanted.get(key)
-                if pod is None or pod.node != res.node or pod.facts.uid != res.uid:
+                if pod is None:
+                    if res.running_since is None:
+                        res.running_since = now
+                elif pod.node != res.node or pod.facts.uid != res.uid:
                     self._drop(res, Release.RELEASED)
             for key, pod in wanted.items():
                 if key not in self._by_key:
                     self._add(self._of(pod, now))
 
     def expire(self, now: float) -> list[Reservation]:
-        """End the reservations older than the TTL (the watch missed the pod's fate)."""
+        """End the reservations older than the TTL (the watch missed the pod's fate); returns
+        them. Handed-over ones no report counted within the hand-over timeout end too, as
+        ``UNCOUNTED``, not returned (an agent too old to list its pods, nothing amiss)."""
         with self.table.lock:
             old = [r for r in self._by_key.values() if now - r.created_at >= self.ttl]
             for res in old:
                 self._drop(res, Release.EXPIRED)
+            for res in [
+                r
+                for r in self._by_key.values()
+                if r.running_since is not None and now - r.running_since >= self.handover_timeout
+            ]:
+                self._drop(res, Release.UNCOUNTED)
             return old
 
     @staticmethod
@@ -253,11 +316,15 @@ class Ledger:
 
     def _add(self, res: Reservation) -> None:
         self._by_key[res.key] = res
+        if res.uid:
+            self._by_uid[res.uid] = res
         self.table.add_reserved(res.node, 1, res.workload_class, res.requests)
         self.created += 1
 
     def _drop(self, res: Reservation, how: Release) -> Release:
         del self._by_key[res.key]
+        if self._by_uid.get(res.uid) is res:
+            del self._by_uid[res.uid]
         self.table.add_reserved(res.node, -1, res.workload_class, res.requests)
         self.ended[how] += 1
         return how

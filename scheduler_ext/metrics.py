@@ -75,12 +75,13 @@ class _StateCollector(Collector):
         yield res
         yield GaugeMetricFamily(
             "carico_extender_reservations_open",
-            "reservations held (bound pods not yet out of Pending)",
+            "reservations held (bound pods not yet counted by their node's reports)",
             value=float(self.ledger.open_count()),
         )
         ended = CounterMetricFamily(
             "carico_extender_reservations",
-            "reservations by how they came and went: created, released, expired, undone",
+            "reservations by how they came and went: created, counted, released, uncounted,"
+            " expired, undone",
             labels=["event"],
         )
         ended.add_metric(["created"], float(self.ledger.created))

@@ -540,7 +540,7 @@ class ExtenderService:
     # -- capacity reports and pod events ---------------------------------------------------
 
     def ingest(self, msg: capacity_pb2.NodeCapacity, stream: Hashable) -> tuple[Ingest, str]:
-        outcome, why = self.table.ingest(msg, stream, self.clock())
+        outcome, why = self.ledger.ingest(msg, stream, self.clock())
         self.metrics.reports.labels(outcome.value).inc()
         return outcome, why
 

@@ -15,7 +15,8 @@ and an aggregator. Here every part is the production object, driven on the simul
   ``CapacityTable``; filter and prioritize are ``scheduler_ext.decisions.Decider``; bind is
   ``Ledger.reserve`` (one pod-unit) followed by ``InMemoryCluster.bind`` (the ``--no-kube``
   cluster); when the simulated pod's container runs, the in-memory cluster moves the pod to
-  Running and its watch event releases the reservation through ``Ledger.observe``.
+  Running and its watch event hands the reservation over (``Ledger.observe``); the node's next
+  report, which lists the pod among those it counts, ends it (``Ledger.ingest``).
 
 Only the transports (gRPC streams, HTTP) are left out: the messages are the same objects they
 would carry. Nothing of Carico's logic is re-implemented here.
@@ -375,7 +376,7 @@ class CaricoScheduler(KubeScheduler):
         msg = node_capacity_message(agent.name, report, agent.source.feature_names, now)
         agent.sequence += 1
         msg.sequence = agent.sequence
-        self.ext.table.ingest(msg, agent.name, now)
+        self.ext.ledger.ingest(msg, agent.name, now)
         agent.reports += 1
 
     def _exchange(self, now: float) -> None:

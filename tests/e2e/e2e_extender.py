@@ -118,9 +118,23 @@ class ExtenderProcess:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=5) as resp:
             return json.loads(resp.read())
 
+    def metric(self, name: str) -> float | None:
+        return metric_sample(self.base, name)
+
     def nodes(self) -> dict[str, dict[str, Any]]:
         """``/api/v1/nodes`` keyed by node name."""
         return {row["name"]: row for row in self.get("/api/v1/nodes")}
+
+
+def metric_sample(base: str, name: str) -> float | None:
+    """One sample of the ``/metrics`` served at ``base``, by its name with labels as printed
+    (``carico_x_total{event="y"}``); None when absent."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
 
 
 class CapacityFeed:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from e2e_controlplane import wait_for
+from e2e_extender import metric_sample
 
 from scheduler_ext.http_server import HttpServer, build_app, start_http
 from scheduler_ext.kube import KubernetesCluster
@@ -88,12 +89,7 @@ class InProcessExtender:
 
     def metric(self, name: str) -> float | None:
         """One sample of ``/metrics`` over HTTP (None when absent)."""
-        with urllib.request.urlopen(f"{self.base}/metrics", timeout=5) as resp:
-            text = resp.read().decode()
-        for line in text.splitlines():
-            if line.startswith(name + " ") or line.startswith(name + "{"):
-                return float(line.rsplit(" ", 1)[1])
-        return None
+        return metric_sample(self.base, name)
 
     def filter(self, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
         """POST a filter call for ``pod`` as kube-scheduler would (nodeCacheCapable form)."""

@@ -235,6 +235,7 @@ class NodeCapacity(_message.Message):
     CPU_CORES_FIELD_NUMBER: _builtins.int
     MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     DEFAULT_FOOTPRINT_FIELD_NUMBER: _builtins.int
+    COUNTED_PODS_FIELD_NUMBER: _builtins.int
     node: _builtins.str
     avail: _builtins.float
     """how many more pods fit, in pods"""
@@ -288,6 +289,13 @@ class NodeCapacity(_message.Message):
     def default_footprint(self) -> Global___ClassFootprint:
         """the cost of a pod nothing is known of (source default)"""
 
+    @_builtins.property
+    def counted_pods(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The uids of the workload pods this report counts that began to count in the last half minute
+        (newest first, at most 256): the extender ends their reservations on seeing them
+        (docs/architecture.md#reservations). Agents older than this field leave it empty.
+        """
+
     def __init__(
         self,
         *,
@@ -311,10 +319,11 @@ class NodeCapacity(_message.Message):
         cpu_cores: _builtins.float = ...,
         memory_bytes: _builtins.float = ...,
         default_footprint: Global___ClassFootprint | None = ...,
+        counted_pods: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_footprint", b"default_footprint", "global_workload", b"global_workload", "health", b"health"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "classes", b"classes", "cpu_cores", b"cpu_cores", "default_footprint", b"default_footprint", "feature_names", b"feature_names", "features", b"features", "full_level", b"full_level", "global_workload", b"global_workload", "headroom", b"headroom", "health", b"health", "k", b"k", "memory_bytes", b"memory_bytes", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "scale", b"scale", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["avail", b"avail", "capacity", b"capacity", "classes", b"classes", "counted_pods", b"counted_pods", "cpu_cores", b"cpu_cores", "default_footprint", b"default_footprint", "feature_names", b"feature_names", "features", b"features", "full_level", b"full_level", "global_workload", b"global_workload", "headroom", b"headroom", "health", b"health", "k", b"k", "memory_bytes", b"memory_bytes", "mode", b"mode", "node", b"node", "per_pod_cost", b"per_pod_cost", "pods", b"pods", "scale", b"scale", "sequence", b"sequence", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -85,7 +85,7 @@ async def test_reservations_are_held_in_the_pods_class_cost(extender: Extender) 
     )
 
 
-async def test_a_pod_running_releases_its_class_cost_and_explain_shows_the_costs(
+async def test_a_pod_counted_releases_its_class_cost_and_explain_shows_the_costs(
     extender: Extender,
 ) -> None:
     await _stream(extender.grpc.port, [per_class_report("n1", 0.15)])  # 1.2 pods of room
@@ -93,10 +93,13 @@ async def test_a_pod_running_releases_its_class_cost_and_explain_shows_the_costs
     assert await _bind(extender, "web-0", "n1") == ""
     status, reply = await extender.post("filter", extender_args(pod_object("web-1"), ["n1"]))
     assert reply["NodeNames"] == []  # 0.2 pod left: rounded, nothing fits
-    extender.cluster.set_phase("shop/web-0", "Running")  # the watch releases the reservation
+    extender.cluster.set_phase("shop/web-0", "Running")  # handed over: held until counted
+    assert extender.service.table.reserved("n1") == 1
+    # the agent now counts the pod: its next report has the room it leaves and lists the pod
+    counting = per_class_report("n1", 0.075, sequence=2)
+    counting.counted_pods.append("uid-shop-web-0")
+    await _stream(extender.grpc.port, [counting])
     assert extender.service.table.reserved("n1") == 0
-    # the agent now counts the pod: its next report has the room it leaves
-    await _stream(extender.grpc.port, [per_class_report("n1", 0.075, sequence=2)])
     status, reply = await extender.post("filter", extender_args(pod_object("web-1"), ["n1"]))
     assert reply["NodeNames"] == ["n1"]  # 0.6 pods of room rounds to one
     status, why = await extender.get("/api/v1/explain?pod=shop/web-1")

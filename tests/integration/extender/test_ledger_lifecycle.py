@@ -1,4 +1,5 @@
-"""Reservations over real HTTP: taken by bind, released by pod events, expired, rebuilt, raced."""
+"""Reservations over real HTTP: taken by bind, ended by reports and pod events, expired, rebuilt,
+raced."""
 
 from __future__ import annotations
 
@@ -6,10 +7,12 @@ import asyncio
 import json
 
 from scheduler_ext.cluster import InMemoryCluster
+from scheduler_ext.ledger import HANDOVER_TIMEOUT
 from scheduler_ext.pods import PodFacts
 from scheduler_ext.service import Settings
 
-from .conftest import Extender, MakeExtender
+from .conftest import Extender, MakeExtender, report
+from .test_grpc_ingest import _send
 
 
 def _bind(pod: str, node: str, uid: str = "") -> bytes:
@@ -17,19 +20,77 @@ def _bind(pod: str, node: str, uid: str = "") -> bytes:
     return json.dumps(args).encode()
 
 
-async def test_released_when_running_or_deleted(extender: Extender) -> None:
+async def test_released_when_counted_ended_or_deleted(extender: Extender) -> None:
     extender.feed("n1", 10.0)
     for pod in ("a", "b", "c"):
         assert (await extender.post("bind", _bind(pod, "n1")))[1] == {"Error": ""}
     assert extender.service.table.reserved("n1") == 3
-    extender.cluster.set_phase("shop/a", "Running")
+    extender.cluster.set_phase("shop/a", "Running")  # handed over: held until a report counts it
     extender.cluster.set_phase("shop/b", "Failed")
-    assert extender.service.table.reserved("n1") == 1
+    assert extender.service.table.reserved("n1") == 2
     extender.cluster.delete_pod("shop/c")
+    assert extender.service.table.reserved("n1") == 1
+    extender.feed("n1", 9.0, sequence=2, timestamp=1.7e9 + 1, counted_pods=["uid-a"])
     assert extender.service.table.reserved("n1") == 0
     _, reservations = await extender.get("/api/v1/reservations")
     assert reservations == []
-    assert extender.service.ledger.ended[next(iter(extender.service.ledger.ended))] == 3
+    assert {h.value: n for h, n in extender.service.ledger.ended.items() if n} == {
+        "counted": 1,
+        "released": 2,
+    }
+
+
+async def test_a_running_pod_holds_its_room_until_a_report_counts_it(extender: Extender) -> None:
+    """The pod watch says Running a moment before the node's agent reports the pod: ending the
+    reservation then left the pod counted nowhere, and kube-scheduler, which retries its waiting
+    pods on that very pod update, could put one more pod on the full node. Reports go over the
+    real gRPC stream."""
+    from .conftest import extender_args, pod_object
+
+    async def send(avail: float, sequence: int, counted: list[str]) -> None:
+        msg = report("n1", avail, sequence=sequence, timestamp=1.7e9 + sequence)
+        msg.counted_pods.extend(counted)
+        summary = await _send(extender.grpc.port, [msg])
+        assert summary.accepted == 1, summary
+
+    async def passes(name: str) -> bool:
+        pod = pod_object(name, uid=f"uid-{name}")
+        _, reply = await extender.post("filter", extender_args(pod, ["n1"]))
+        return bool(reply["NodeNames"])
+
+    await send(1.5, 1, [])  # room for one pod
+    assert await passes("a")
+    assert (await extender.post("bind", _bind("a", "n1")))[1] == {"Error": ""}
+    assert not await passes("b")  # a holds the room
+    extender.cluster.set_phase("shop/a", "Running")
+    assert not await passes("b")  # still: the last report does not count a yet
+    await send(1.5, 2, [])  # a report made before the agent saw a: a still held
+    assert not await passes("b")
+    await send(0.5, 3, ["uid-a"])  # the agent counts a
+    assert extender.service.table.reserved("n1") == 0
+    assert not await passes("b")
+    await send(1.5, 4, [])  # a ended
+    assert await passes("b")
+
+
+async def test_an_uncounted_running_pod_is_let_go_after_the_hand_over_timeout(
+    make_extender: MakeExtender,
+) -> None:
+    """An agent older than the counted-pods list never lists a pod: its reservation ends
+    ``handover_timeout`` seconds after the pod runs, counted as uncounted, without a warning."""
+    ext: Extender = await make_extender()
+    ext.feed("n1", 10.0, timestamp=1.7e9)
+    await ext.post("bind", _bind("old", "n1"))
+    ext.cluster.set_phase("shop/old", "Running")
+    ext.clock.advance(HANDOVER_TIMEOUT - 0.1)
+    ext.service.sweep()
+    assert ext.service.table.reserved("n1") == 1
+    ext.clock.advance(0.1)
+    ext.service.sweep()
+    assert ext.service.table.reserved("n1") == 0
+    _, metrics = await ext.get("/metrics")
+    assert 'carico_extender_reservations_total{event="uncounted"} 1.0' in metrics
+    assert 'carico_extender_reservations_total{event="expired"} 0.0' in metrics
 
 
 async def test_expire_after_ttl_with_the_injected_clock(make_extender: MakeExtender) -> None:

@@ -98,7 +98,8 @@ def overloaded(cluster: InMemoryCluster, document: dict[str, Any]) -> list[str]:
 
 
 class FakeScheduler:
-    """Stands in for kube-scheduler and the kubelets (a fake: neither can run here)."""
+    """Stands in for kube-scheduler, the kubelets and the agents' pod counts (a fake: none of them
+    runs here)."""
 
     def __init__(self, service: ExtenderService, cluster: InMemoryCluster) -> None:
         self.service, self.cluster = service, cluster
@@ -122,6 +123,8 @@ class FakeScheduler:
         for key, state in list(self.cluster.pods.items()):
             if state.node and state.phase == "Pending":
                 self.cluster.set_phase(key, "Running")  # the kubelet starts it
+                # and the node's agent counts it (the pods its report lists end their holds)
+                self.service.ledger.counted(state.node, [state.facts.uid])
         view = live_view(await document(self.cluster))
         for key, pod in view.pods.items():
             if pod.node is not None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agent.class_capacity import ClassCapacity
+from agent.class_capacity import COUNTED_WINDOW, ClassCapacity
 from agent.telemetry import PodUsage
 from carico.footprint import FleetSummary, Footprint
-from carico.pods import PodClass, Requests
+from carico.pods import MAX_COUNTED_PODS, PodClass, Requests
 
 GI = 2**30
 BPI = PodClass("sim/Job/bpi", Requests(0.1, 0.0))
@@ -90,6 +90,24 @@ def test_headroom_counts_a_new_pod_at_once_and_the_telemetry_for_what_pods_do_no
     cc.set_running(13.0, {})
     v = cc.view(13.1, None, True, DEFAULT, learn_base=False)
     assert v.headroom[0] == pytest.approx(0.8 - 0.0125 - 0.1)
+
+
+def test_the_pods_that_began_to_count_lately_are_listed_newest_first() -> None:
+    cc = node()
+    cc.set_running(0.0, {"a": BPI})
+    cc.set_running(5.0, {"a": BPI, "b": ML})
+    cc.set_running(6.0, {"a": BPI, "b": ML, "c": BPI})
+    assert cc.counted_recently(6.0) == ("c", "b", "a")
+    # a pod keeps the time it began to count while it runs; one that ends is no longer listed
+    cc.set_running(7.0, {"a": BPI, "c": BPI})
+    assert cc.counted_recently(COUNTED_WINDOW) == ("c", "a")
+    assert cc.counted_recently(COUNTED_WINDOW + 0.5) == ("c",)
+    assert cc.counted_recently(COUNTED_WINDOW + 6.5) == ()
+    # bounded: a node starting more pods at once than a report lists gives the newest
+    cc.set_running(40.0, {f"p{i:03d}": BPI for i in range(MAX_COUNTED_PODS + 10)})
+    cc.set_running(41.0, {**cc.running, "late": BPI})
+    listed = cc.counted_recently(41.0)
+    assert len(listed) == MAX_COUNTED_PODS and listed[0] == "late"
 
 
 def test_a_full_node_has_no_headroom_and_the_scale_follows_the_cpu_feature() -> None:

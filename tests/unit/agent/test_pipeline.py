@@ -7,9 +7,11 @@ import math
 import numpy as np
 import pytest
 
+from agent.class_capacity import COUNTED_WINDOW
 from agent.pipeline import AgentPipeline, CapacityReport, GlobalView, PipelineConfig
 from agent.telemetry import Sample
 from carico.model import SubspaceModel, capacity_signal
+from carico.pods import PodClass, Requests
 
 LEVEL = PipelineConfig().full_level  # k counts the typical workloads that fit under it
 
@@ -128,6 +130,34 @@ def test_pod_change_holds_estimation_and_switches_to_estimate_mode() -> None:
     # After the hold the agent is live again.
     _, after = drive(pipe, t, 4.0, (0.35, 0.25), pods=3)
     assert not after[-1].churn and after[-1].mode == "live"
+
+
+def test_reports_list_the_pods_that_began_to_count_from_the_event_on() -> None:
+    """The report made at a pod's event lists its uid (the extender ends the pod's reservation
+    on it), and so do the batch reports of the next half minute."""
+    pipe = AgentPipeline(NAMES, PipelineConfig(hold_s=2.5))
+    web = PodClass("shop/Deployment/web", Requests(0.5, 0.0))
+
+    def sized(running: dict[str, PodClass] | None = None) -> Sample:
+        return Sample(np.array([0.3, 0.2]), True, cores=4.0, memory_bytes=8e9, running=running)
+
+    now, reports = 0.0, []
+    for i in range(50):  # 5 s, one pod running from the start
+        now = i * DT
+        reports.append(pipe.step(now, sized({"a": web} if i == 0 else None), 1))
+    assert [r.counted_pods for r in reports if r is not None][-1] == ("a",)
+    now += DT
+    early = pipe.step(now, sized({"a": web, "b": web}), 2, pod_event=True)
+    assert early is not None and early.counted_pods == ("b", "a")
+    assert early.classes is not None and early.classes.classes[0].pods == 2
+    batch = []
+    while now < 40.0:
+        now += DT
+        if (r := pipe.step(now, sized(), 2)) is not None:
+            batch.append((r.now, r.counted_pods))
+    assert all(counted == ("b", "a") for t, counted in batch if t <= COUNTED_WINDOW)
+    assert all(counted == ("b",) for t, counted in batch if COUNTED_WINDOW < t <= 5.1 + 30)
+    assert batch[-1][1] == ()
 
 
 def test_missing_samples_are_counted_and_make_the_live_signal_suspect() -> None:

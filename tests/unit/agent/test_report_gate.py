@@ -77,12 +77,21 @@ def test_the_first_report_goes_then_unchanged_ones_only_as_keepalives() -> None:
         ({"classes": view(headroom=0.39)}, "headroom"),
         ({"classes": view(web_pods=3)}, "classes"),
         ({"classes": view(web_cpu=0.52)}, "footprint"),
+        ({"counted_pods": ("uid-new",)}, "counted"),
     ],
 )
 def test_a_material_change_goes_at_once(changes: dict[str, object], reason: str) -> None:
     gate = ReportGate(GateConfig(keepalive_s=3.0))
     gate.why(report(0.0))
     assert gate.why(report(0.5, **changes)) == reason
+
+
+def test_a_pod_counted_already_sent_or_no_longer_listed_is_no_change() -> None:
+    gate = ReportGate(GateConfig(keepalive_s=10.0))
+    gate.why(report(0.0, counted_pods=("u1", "u2")))
+    assert gate.why(report(1.0, counted_pods=("u2", "u1"))) == ""
+    assert gate.why(report(2.0, counted_pods=("u2",))) == ""  # u1 counted for half a minute
+    assert gate.why(report(3.0, counted_pods=("u3", "u2"))) == "counted"
 
 
 def test_changes_are_measured_from_the_last_report_sent_not_the_last_made() -> None:

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from carico.pods import MAX_COUNTED_PODS, MAX_UID
 from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds, fmt, validate
 
 from .conftest import MakeReport
@@ -48,6 +49,15 @@ def test_feature_vectors_are_checked(make_report: MakeReport) -> None:
     msg = make_report("n1", 2.0, features=[0.2, 0.3], feature_names=["cpu"])
     assert validate(msg) == "features and feature_names differ in length"
     assert validate(make_report("n1", 2.0, features=[0.2], feature_names=["cpu"])) is None
+
+
+def test_the_counted_pods_list_is_bounded(make_report: MakeReport) -> None:
+    uids = [f"{i:08d}-0000-0000-0000-000000000000" for i in range(MAX_COUNTED_PODS)]
+    assert validate(make_report("n1", 2.0, counted_pods=uids)) is None
+    too_many = make_report("n1", 2.0, counted_pods=[*uids, "one-more"])
+    assert validate(too_many) == f"{MAX_COUNTED_PODS + 1} counted pods (at most {MAX_COUNTED_PODS})"
+    too_long = make_report("n1", 2.0, counted_pods=["u" * (MAX_UID + 1)])
+    assert validate(too_long) == f"a counted pod's uid is longer than {MAX_UID} characters"
 
 
 def test_sequence_rules_within_one_stream(make_report: MakeReport) -> None:

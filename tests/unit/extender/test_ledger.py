@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from scheduler_ext.capacity import CapacityTable, Thresholds
-from scheduler_ext.ledger import Ledger, PodState, Release, StaleData
+from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds
+from scheduler_ext.ledger import HANDOVER_TIMEOUT, Ledger, PodState, Release, StaleData
 from scheduler_ext.pods import PodFacts
 
 from .conftest import MakeReport
@@ -77,21 +77,62 @@ def test_stale_data_at_bind(make_report: MakeReport) -> None:
     assert not refused.ok and "no fresh capacity data for node n1" in refused.error
 
 
-def test_released_when_the_pod_leaves_pending(make_report: MakeReport) -> None:
+def test_ended_when_the_pod_ends_is_deleted_or_is_counted(make_report: MakeReport) -> None:
     ledger = _ledger(make_report)
     for name in ("a", "b", "c", "d", "e"):
         ledger.reserve(pod(name), "n2", 1.0)
     # An old event (Pending, not yet bound) changes nothing.
     assert ledger.observe(PodState(pod("a"), "", "Pending"), 2.0) is None
     assert ledger.observe(PodState(pod("a"), "n2", "Pending"), 2.0) is None
-    assert ledger.observe(PodState(pod("a"), "n2", "Running"), 2.0) is Release.RELEASED
+    # Running (as the bound-Pending watch sends it: a deletion with the new phase) hands over.
+    assert ledger.observe(PodState(pod("a"), "n2", "Running", deleted=True), 2.0) is None
+    held = ledger.get("shop/a")
+    assert held is not None and held.running_since == 2.0
     assert ledger.observe(PodState(pod("b"), "n2", "Succeeded"), 2.0) is Release.RELEASED
-    assert ledger.observe(PodState(pod("c"), "n2", "Failed"), 2.0) is Release.RELEASED
+    assert ledger.observe(PodState(pod("c"), "n2", "Failed", deleted=True), 2.0) is Release.RELEASED
     assert ledger.observe(PodState(pod("d"), "n2", "Pending", deleted=True), 2.0)
     # A deletion of another pod with the same name (other uid) leaves e's reservation alone.
     assert ledger.observe(PodState(pod("e", uid="old"), "n2", "Pending", deleted=True), 2.0) is None
-    assert [r.key for r in ledger.reservations()] == ["shop/e"]
-    assert ledger.table.reserved("n2") == 1
+    assert [r.key for r in ledger.reservations()] == ["shop/a", "shop/e"]
+    # A report of another node listing a's uid does not end it; one of its node does, and
+    # counting a pod still Pending (the agent saw it first) ends its reservation too.
+    assert ledger.counted("n1", ["uid-a", "uid-e"]) == []
+    ended = ledger.counted("n2", ["uid-x", "uid-a", "uid-e"])
+    assert [r.key for r in ended] == ["shop/a", "shop/e"]
+    assert ledger.table.reserved("n2") == 0 and ledger.ended[Release.COUNTED] == 2
+    # The watch's Running after the count finds nothing to hand over.
+    assert ledger.observe(PodState(pod("a"), "n2", "Running"), 3.0) is None
+    assert ledger.open_count() == 0
+
+
+def test_a_running_pod_no_report_counts_ends_after_the_hand_over_timeout(
+    make_report: MakeReport,
+) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("a"), "n2", 0.0)
+    ledger.reserve(pod("b"), "n2", 0.0)
+    ledger.observe(PodState(pod("a"), "n2", "Running"), 10.0)
+    assert ledger.expire(10.0 + HANDOVER_TIMEOUT - 0.01) == []
+    assert ledger.open_count() == 2
+    # Not an expiry (nothing amiss: an agent that does not list its pods), and b, Pending, stays.
+    assert ledger.expire(10.0 + HANDOVER_TIMEOUT) == []
+    assert [r.key for r in ledger.reservations()] == ["shop/b"]
+    assert ledger.ended[Release.UNCOUNTED] == 1 and ledger.ended[Release.EXPIRED] == 0
+    # Running on another node than the reservation's: the pod moved, the reservation ends.
+    assert ledger.observe(PodState(pod("b"), "n1", "Running"), 20.0) is Release.RELEASED
+
+
+def test_ingest_ends_the_reservations_a_report_counts(make_report: MakeReport) -> None:
+    ledger = _ledger(make_report)
+    ledger.reserve(pod("a"), "n2", 1.0)
+    ledger.reserve(pod("b"), "n2", 1.0)
+    counting = make_report("n2", 3.0, sequence=2, counted_pods=["uid-a"])
+    assert ledger.ingest(counting, "s", 2.0)[0] is Ingest.ACCEPTED
+    assert [r.key for r in ledger.reservations()] == ["shop/b"]
+    # A refused report (an older sequence) counts nothing.
+    stale = make_report("n2", 3.0, sequence=1, counted_pods=["uid-b"])
+    assert ledger.ingest(stale, "s", 3.0)[0] is Ingest.OUT_OF_ORDER
+    assert [r.key for r in ledger.reservations()] == ["shop/b"]
 
 
 def test_pods_bound_elsewhere_are_tracked(make_report: MakeReport) -> None:
@@ -131,11 +172,14 @@ def test_reconcile_rebuilds_from_a_list(make_report: MakeReport) -> None:
         PodState(PodFacts("kube-system", "p", "u"), "n1", "Pending"),
     ]
     ledger.reconcile(listed, 5.0)
-    assert sorted((r.key, r.node) for r in ledger.reservations()) == [
-        ("shop/kept", "n2"),
-        ("shop/moved", "n2"),
-        ("shop/new", "n1"),
+    # "gone" is no longer Pending: it may have started while the watch was down, so it is
+    # handed over (held until a report counts it or the hand-over timeout), not dropped.
+    assert sorted((r.key, r.node, r.running_since) for r in ledger.reservations()) == [
+        ("shop/gone", "n1", 5.0),
+        ("shop/kept", "n2", None),
+        ("shop/moved", "n2", None),
+        ("shop/new", "n1", None),
     ]
-    assert ledger.table.reserved_counts() == {"n1": 1, "n2": 2}
+    assert ledger.table.reserved_counts() == {"n1": 2, "n2": 2}
     kept = ledger.get("shop/kept")
     assert kept is not None and kept.created_at == 0.0  # untouched, TTL not reset
