@@ -7,10 +7,10 @@ unit under the table's lock, so parallel binds never over-reserve.
 
 A reservation ends when a report of its node lists the pod among the pods it counts (the agent
 lists the uids of the pods it began to count in the last half minute); when the pod watch says it
-ended (Succeeded, Failed), was deleted while Pending or went to another node; when the bind that
-made it fails (undone: a failed bind never touches a reservation it did not make); or after a TTL
-as a safety net. A pod the watch sees Running is *handed over*: its reservation stays until a
-report counts it, or ``handover_timeout`` seconds (an agent too old to list the pods it counts).
+ended (Succeeded, Failed) or went to another node; when the bind that made it fails (undone: a
+failed bind never touches a reservation it did not make); or after a TTL as a safety net. A pod
+that leaves the bound-Pending watch (it runs, or was deleted: the watch cannot tell) is *handed
+over*: its reservation stays until a report counts it, or ``handover_timeout`` seconds.
 Ending it at Running instead left a gap: the pod counted nowhere until its agent's next report,
 and kube-scheduler, which retries waiting pods on that very pod update, could fill the node past
 its room. On start, and whenever the watch has to relist, the ledger is reconciled against the
@@ -33,9 +33,10 @@ from scheduler_ext.pods import ExemptionPolicy, PodFacts
 
 PENDING = "Pending"
 RUNNING = "Running"
-# Seconds a pod that runs keeps its reservation while no report of its node lists it: an agent
-# lists a pod in the report it makes on seeing the pod Running, within a second even on a busy
-# node; only an agent older than the list never does.
+# Seconds a pod out of Pending keeps its reservation while no report of its node lists it: an
+# agent lists a pod in the report it makes on seeing the pod Running, within a second even on a
+# busy node; a pod deleted before it ran, or on a node whose agent is older than the list, is
+# never listed and is let go after this.
 HANDOVER_TIMEOUT = 5.0
 DEFAULT_EXEMPTIONS = ExemptionPolicy()
 
@@ -59,15 +60,17 @@ class Reservation:
     # The pod's class and requests: a node with per-class data charges the class's cost.
     workload_class: str = ""
     requests: Requests = Requests()
-    # When the pod watch saw the pod Running (None while it is Pending): handed over, it waits
-    # for a report of the node to count it.
+    # When the pod watch saw the pod leave Pending (None until then): handed over, it waits for
+    # a report of the node to count it.
     running_since: float | None = None
 
 
 class Release(enum.Enum):
     COUNTED = "counted"  # a report of its node counts the pod
     RELEASED = "released"  # the pod ended, was deleted or moved
-    UNCOUNTED = "uncounted"  # running, but no report listed it within the hand-over timeout
+    # out of Pending, but no report listed it within the hand-over timeout (deleted before it
+    # ran, ended at once, or an agent too old to list the pods it counts)
+    UNCOUNTED = "uncounted"
     EXPIRED = "expired"  # the TTL passed without news of the pod
     UNDONE = "undone"  # the bind failed
 
@@ -240,9 +243,12 @@ class Ledger:
     def observe(self, pod: PodState, now: float) -> Release | None:
         """Apply one pod event; returns how a reservation ended, if one did.
 
-        The bound-Pending watch sends a pod that turned Running, Succeeded or Failed as a
-        deletion with its new phase: Running hands the reservation over (it waits for a report
-        to count the pod), the others end it.
+        A pod that leaves the bound-Pending watch arrives as a deletion carrying its last
+        Pending state (the API server sends the object as it was when it still matched), so a
+        pod that started cannot be told from one deleted before it ran: both hand the
+        reservation over (it waits for a report to count the pod, at most the hand-over
+        timeout), as does an event that says Running. Succeeded or Failed, or the pod on another
+        node, end it at once.
         """
         key = pod.facts.key
         with self.table.lock:
@@ -250,7 +256,8 @@ class Ledger:
             if pod.deleted or pod.phase != PENDING:
                 if current is None or (pod.facts.uid and current.uid != pod.facts.uid):
                     return None  # another pod of the same name (an older uid)
-                if pod.phase == RUNNING and current.node == pod.node:
+                moved = bool(pod.node) and pod.node != current.node
+                if (pod.deleted or pod.phase == RUNNING) and not moved:
                     if current.running_since is None:
                         current.running_since = now
                     return None

@@ -309,7 +309,11 @@ def test_reservations_released_when_pods_run(
     assert ext.get("/api/v1/reservations") == []
     # Each ended when its node's agent reported the pod among those it counts, not by the
     # hand-over timeout (docs/architecture.md#reservations).
-    assert ext.metric('carico_extender_reservations_total{event="counted"}') == 3
+    ended = {
+        e: ext.metric(f'carico_extender_reservations_total{{event="{e}"}}')
+        for e in ("counted", "released", "uncounted", "expired", "undone")
+    }
+    assert ended["counted"] == 3, ended
     # The running pods now load their nodes: the agents count them through their pod watch, and
     # their room and their avail fall by exactly the pods that run there (one pod costs what it
     # costs on an idle node: the model is linear below CPU saturation).

@@ -84,22 +84,29 @@ def test_ended_when_the_pod_ends_is_deleted_or_is_counted(make_report: MakeRepor
     # An old event (Pending, not yet bound) changes nothing.
     assert ledger.observe(PodState(pod("a"), "", "Pending"), 2.0) is None
     assert ledger.observe(PodState(pod("a"), "n2", "Pending"), 2.0) is None
-    # Running (as the bound-Pending watch sends it: a deletion with the new phase) hands over.
-    assert ledger.observe(PodState(pod("a"), "n2", "Running", deleted=True), 2.0) is None
-    held = ledger.get("shop/a")
-    assert held is not None and held.running_since == 2.0
+    # Out of the bound-Pending watch (a deletion carrying the last Pending state: the pod ran or
+    # was deleted) or Running: handed over, held until a report counts the pod.
+    assert ledger.observe(PodState(pod("a"), "n2", "Pending", deleted=True), 2.0) is None
+    assert ledger.observe(PodState(pod("d"), "n2", "Running"), 2.5) is None
+    held = [(r.key, r.running_since) for r in ledger.reservations()]
+    assert held == [
+        ("shop/a", 2.0),
+        ("shop/b", None),
+        ("shop/c", None),
+        ("shop/d", 2.5),
+        ("shop/e", None),
+    ]
     assert ledger.observe(PodState(pod("b"), "n2", "Succeeded"), 2.0) is Release.RELEASED
-    assert ledger.observe(PodState(pod("c"), "n2", "Failed", deleted=True), 2.0) is Release.RELEASED
-    assert ledger.observe(PodState(pod("d"), "n2", "Pending", deleted=True), 2.0)
+    assert ledger.observe(PodState(pod("c"), "n2", "Failed"), 2.0) is Release.RELEASED
     # A deletion of another pod with the same name (other uid) leaves e's reservation alone.
     assert ledger.observe(PodState(pod("e", uid="old"), "n2", "Pending", deleted=True), 2.0) is None
-    assert [r.key for r in ledger.reservations()] == ["shop/a", "shop/e"]
+    assert [r.key for r in ledger.reservations()] == ["shop/a", "shop/d", "shop/e"]
     # A report of another node listing a's uid does not end it; one of its node does, and
     # counting a pod still Pending (the agent saw it first) ends its reservation too.
     assert ledger.counted("n1", ["uid-a", "uid-e"]) == []
-    ended = ledger.counted("n2", ["uid-x", "uid-a", "uid-e"])
-    assert [r.key for r in ended] == ["shop/a", "shop/e"]
-    assert ledger.table.reserved("n2") == 0 and ledger.ended[Release.COUNTED] == 2
+    ended = ledger.counted("n2", ["uid-x", "uid-a", "uid-d", "uid-e"])
+    assert [r.key for r in ended] == ["shop/a", "shop/d", "shop/e"]
+    assert ledger.table.reserved("n2") == 0 and ledger.ended[Release.COUNTED] == 3
     # The watch's Running after the count finds nothing to hand over.
     assert ledger.observe(PodState(pod("a"), "n2", "Running"), 3.0) is None
     assert ledger.open_count() == 0
