@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from scheduler_ext.cluster import InMemoryCluster
 from scheduler_ext.ledger import HANDOVER_TIMEOUT
 from scheduler_ext.pods import PodFacts
@@ -79,39 +81,34 @@ async def test_a_running_pod_holds_its_room_until_a_report_counts_it(extender: E
     assert await passes("b")
 
 
-async def test_an_uncounted_running_pod_is_let_go_after_the_hand_over_timeout(
-    make_extender: MakeExtender,
+@pytest.mark.parametrize(
+    ("phase", "deadline", "event"),
+    [
+        # Pending: the TTL, a safety net should the watch miss the pod's fate.
+        ("Pending", 60.0, "expired"),
+        # Running, and no report lists it (an agent older than the counted-pods list): the
+        # hand-over timeout, counted as uncounted, without a warning.
+        ("Running", HANDOVER_TIMEOUT, "uncounted"),
+    ],
+)
+async def test_a_reservation_ends_at_its_deadline_with_the_injected_clock(
+    make_extender: MakeExtender, phase: str, deadline: float, event: str
 ) -> None:
-    """An agent older than the counted-pods list never lists a pod: its reservation ends
-    ``handover_timeout`` seconds after the pod runs, counted as uncounted, without a warning."""
-    ext: Extender = await make_extender()
+    ext: Extender = await make_extender(Settings(reservation_ttl=60))
     ext.feed("n1", 10.0, timestamp=1.7e9)
-    await ext.post("bind", _bind("old", "n1"))
-    ext.cluster.set_phase("shop/old", "Running")
-    ext.clock.advance(HANDOVER_TIMEOUT - 0.1)
+    await ext.post("bind", _bind("slow", "n1"))
+    ext.cluster.set_phase("shop/slow", phase)
+    ext.clock.advance(deadline - 0.1)
     ext.service.sweep()
     assert ext.service.table.reserved("n1") == 1
     ext.clock.advance(0.1)
     ext.service.sweep()
     assert ext.service.table.reserved("n1") == 0
     _, metrics = await ext.get("/metrics")
-    assert 'carico_extender_reservations_total{event="uncounted"} 1.0' in metrics
-    assert 'carico_extender_reservations_total{event="expired"} 0.0' in metrics
-
-
-async def test_expire_after_ttl_with_the_injected_clock(make_extender: MakeExtender) -> None:
-    ext: Extender = await make_extender(Settings(reservation_ttl=60))
-    ext.feed("n1", 10.0, timestamp=1.7e9)
-    await ext.post("bind", _bind("slow", "n1"))
-    ext.clock.advance(59)
-    ext.service.sweep()
-    assert ext.service.table.reserved("n1") == 1
-    ext.clock.advance(1)
-    ext.service.sweep()
-    assert ext.service.table.reserved("n1") == 0
-    _, metrics = await ext.get("/metrics")
-    assert 'carico_extender_reservations_total{event="expired"} 1.0' in metrics
+    assert f'carico_extender_reservations_total{{event="{event}"}} 1.0' in metrics
     assert 'carico_extender_reservations_total{event="created"} 1.0' in metrics
+    ended = [line for line in metrics.splitlines() if line.endswith(" 1.0") and "event=" in line]
+    assert len(ended) == 2, ended  # created and the one way it ended
 
 
 async def test_rebuilt_from_the_cluster_on_start(make_extender: MakeExtender) -> None:
