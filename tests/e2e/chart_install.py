@@ -159,9 +159,12 @@ class CaricoRelease:
         return ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
 
     def get(self, path: str, timeout_s: float = 10.0) -> Any:
+        return json.loads(self.get_text(path, timeout_s))
+
+    def get_text(self, path: str, timeout_s: float = 10.0) -> str:
         url = f"https://127.0.0.1:{self.extender_port}{path}"
         with urllib.request.urlopen(url, timeout=timeout_s, context=self._context()) as response:
-            return json.loads(response.read())
+            return str(response.read().decode())
 
     def nodes(self, timeout_s: float = 10.0) -> dict[str, dict[str, Any]]:
         return {n["name"]: n for n in self.get("/api/v1/nodes", timeout_s)}

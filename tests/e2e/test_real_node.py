@@ -581,14 +581,20 @@ def _wait_for_room(release: CaricoRelease, timeout_s: float = 180.0) -> None:
 
 
 def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
-    """What the extender did meanwhile: its repack runs, its log's warnings and the pods it
-    woke (docs/architecture.md#waking-turned-away-pods), so a slow run can be told from a slow
-    scheduler."""
+    """What the extender did meanwhile: its repack runs, how its reservations ended, its log's
+    warnings and the pods it woke (docs/architecture.md#waking-turned-away-pods), so a slow run
+    can be told from a slow scheduler."""
     try:
         plans = release.get("/api/v1/repack/plans")
     except OSError as exc:
         plans = [f"unanswered: {exc}"]
     print(f"  repack runs: {json.dumps(plans)[:2000]}")
+    try:
+        metrics = release.get_text("/metrics").splitlines()
+    except OSError as exc:
+        metrics = [f"unanswered: {exc}"]
+    # how the reservations ended: counted by a report, or let go after the hand-over timeout
+    print("  " + " ".join(x for x in metrics if x.startswith("carico_extender_reservations_total")))
     for pod in release.pods("scheduler"):
         lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
         noted = [
