@@ -104,6 +104,8 @@ def test_chart_passes_helm_lint(tools: Tools) -> None:
         ("policy.repack.mode=yes", "value must be one of 'off', 'dry-run', 'apply'"),
         ("policy.staleAfter=10", "additional properties 'staleAfter' not allowed"),
         ("features={cpu,disk}", "value must be one of"),
+        ("agent.reportKeepaliveSeconds=-1", "reportKeepaliveSeconds"),
+        ("agent.fullLevel=1.5", "fullLevel"),
     ],
 )
 def test_chart_refuses_bad_values(tools: Tools, value: str, complaint: str) -> None:
@@ -159,6 +161,17 @@ def test_chart_values_reach_the_scheduler_configuration(tools: Tools) -> None:
         lease=(NS, manifests.LEASE_NAME),
     )
     assert rendered == want
+
+
+def test_agent_values_reach_its_arguments(tools: Tools) -> None:
+    # --set gives a float as a string ("0.8"): the schema takes both forms
+    values = ("agent.fullLevel=0.8", "agent.reportKeepaliveSeconds=2.5")
+    daemonset = by_key(tools.helm_template(values))[("DaemonSet", NS, "carico-agent")]
+    (agent,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert {"--full-level=0.8", "--report-keepalive=2.5"} <= set(agent["args"])
+    shipped = by_key(tools.helm_template())[("DaemonSet", NS, "carico-agent")]
+    (agent,) = shipped["spec"]["template"]["spec"]["containers"]
+    assert {"--full-level=0.85", "--report-keepalive=0"} <= set(agent["args"])
 
 
 def _extender_env(tools: Tools, values: tuple[str, ...]) -> dict[str, str]:
