@@ -22,9 +22,9 @@ from agent.class_capacity import CapacityView
 from agent.pipeline import CapacityReport
 from carico.footprint import Footprint
 
-# Off by default (every report goes out): with 3 s the real node's burst test saw the extender
-# admit one pod past the test's capacity in 2 of 4 runs; without it the same happened in 1 of 13
-# so far, so the gate's part in it is not settled (docs/architecture.md#report-cadence).
+# Off by default (every report goes out) until the gate is measured on the real node's burst: the
+# runs that kept it off used an admission check later found to count starting pods twice
+# (docs/architecture.md#report-cadence).
 DEFAULT_KEEPALIVE_S = 0.0
 
 
