@@ -184,6 +184,10 @@ def build_app(
                 "uid": r.uid,
                 "node": r.node,
                 "age_seconds": round(now - r.created_at, 3),
+                # seconds since the pod left Pending, waiting for a report to count it
+                "handed_over_seconds": (
+                    None if r.running_since is None else round(now - r.running_since, 3)
+                ),
             }
             for r in sorted(service.ledger.reservations(), key=lambda r: r.key)
         ]

@@ -71,6 +71,9 @@ async def test_a_running_pod_holds_its_room_until_a_report_counts_it(extender: E
     assert (await extender.post("bind", _bind("a", "n1")))[1] == {"Error": ""}
     assert not await passes("b")  # a holds the room
     extender.cluster.set_phase("shop/a", "Running")
+    extender.clock.advance(0.25)
+    _, (held,) = await extender.get("/api/v1/reservations")
+    assert (held["pod"], held["handed_over_seconds"]) == ("shop/a", 0.25)
     assert not await passes("b")  # still: the last report does not count a yet
     await send(1.5, 2, [])  # a report made before the agent saw a: a still held
     assert not await passes("b")
