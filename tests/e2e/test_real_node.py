@@ -242,6 +242,8 @@ CPU_FOOTPRINT_REL_TOL = 0.4
 MEMORY_FOOTPRINT_REL_TOL = 0.2
 
 
+# The waits for a steady machine (120 s) and a settled agent (90 s) come first, at their worst.
+@pytest.mark.timeout(600)
 def test_the_agent_learns_real_cpu_and_memory_pods(
     release: CaricoRelease, core: kubernetes.client.CoreV1Api, namespace: str
 ) -> None:
