@@ -23,7 +23,7 @@ import enum
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,8 @@ MAX_AVAIL = 1e6
 # for a node without per-class data).
 DEFAULT_THRESHOLD = 1.0
 MAX_FEATURES = 64
+# The classes whose fits class_fits remembers (the most recently asked): a burst is one class.
+FIT_CACHE_CLASSES = 16
 NO_REQUESTS = Requests()
 
 
@@ -242,6 +244,13 @@ class CapacityTable:
         # the rest of the node's count.
         self._reserved_classes: dict[str, dict[tuple[str, Requests], int]] = {}
         self.fleet = FleetView()
+        # class_fits: per (class, requests), the fleet generation it was computed at and per node
+        # (the node's generation, its fit); the node's generation moves with every _recompute.
+        self._fits: OrderedDict[
+            tuple[str, Requests], tuple[int, dict[str, tuple[int, Fit | None]]]
+        ] = OrderedDict()
+        self._node_gen: dict[str, int] = {}
+        self._generations = 0
         self.class_nodes: set[str] = set()  # nodes whose last report has per-class data
         # A packing score shape holds an unmeasured class's probe cluster-wide (fleet_probing).
         self.probe_fleet_wide = False
@@ -338,6 +347,8 @@ class CapacityTable:
                 self._streams.pop(node, None)
                 self._received.pop(node, None)
                 self._recompute(node)
+                if node not in self._tracked:
+                    self._node_gen.pop(node, None)
                 slot = self.slot.pop(node)
                 self.slots_version += 1
                 self.received_arr[slot] = -np.inf
@@ -410,6 +421,43 @@ class CapacityTable:
             slots = self._reserved.get(node, 0) - sum(held.values())
         return node_fit(report.classes, workload_class, requests, held, slots, fleet, probing)
 
+    def class_fits(
+        self, workload_class: str, requests: Requests, now: float
+    ) -> Callable[[str], Fit | None]:
+        """A node's ``fit`` for the class without a cluster-wide probe, remembered until the
+        node's report, its reservations or the fleet's summary change: a filter and a prioritize
+        ask it of every candidate, and a burst asks the same of each node many times between two
+        of its reports (docs/architecture.md#decisions). A fit costs about 20 µs to compute."""
+        fleet_gen = self._fleet_generation(now)
+        key = (workload_class, requests)
+        known = self._fits.get(key)
+        if known is None or known[0] != fleet_gen:
+            known = (fleet_gen, {})
+            self._fits[key] = known
+            while len(self._fits) > FIT_CACHE_CLASSES:
+                self._fits.popitem(last=False)
+        else:
+            self._fits.move_to_end(key)
+        fits = known[1]
+        node_gen = self._node_gen
+
+        def lookup(node: str) -> Fit | None:
+            gen = node_gen.get(node, 0)  # read before the fit: a report meanwhile invalidates it
+            hit = fits.get(node)
+            if hit is not None and hit[0] == gen:
+                return hit[1]
+            fit = self.fit(node, workload_class, requests, now)
+            if len(fits) >= self.max_nodes:
+                fits.clear()  # names of nodes long gone
+            fits[node] = (gen, fit)
+            return fit
+
+        return lookup
+
+    def _fleet_generation(self, now: float) -> int:
+        self.fleet_summary(now)  # recomputes (and bumps the generation) when due
+        return self.fleet.generation
+
     def fleet_probing(self, workload_class: str) -> int | None:
         """With ``probe_fleet_wide`` (a packing score shape): the class's pods running on any
         node plus its reservations anywhere, the count its cluster-wide probe is held to
@@ -456,6 +504,10 @@ class CapacityTable:
         return slot
 
     def _recompute(self, node: str) -> None:
+        # Whatever a fit of the node rests on changed (its report or its reservations): a
+        # generation no fit was remembered at, even for a node forgotten and back.
+        self._generations += 1
+        self._node_gen[node] = self._generations
         report = self._reports.get(node)
         if report is None:
             self.free.pop(node, None)

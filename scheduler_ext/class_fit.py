@@ -114,6 +114,7 @@ class FleetView:
 
     def __init__(self) -> None:
         self.summary: FleetSummary = EMPTY_FLEET
+        self.generation = 0  # bumped whenever ``summary`` is recomputed
         self._at = -math.inf
         self._dirty = False
 
@@ -130,6 +131,7 @@ class FleetView:
                 (c for n in nodes for c in n.classes.values()), MAX_FLEET_CLASSES
             )
             self._at, self._dirty = now, False
+            self.generation += 1
         return self.summary
 
 

@@ -207,8 +207,14 @@ class Decider:
         fits: dict[str, Fit] = {}
         probing = table.fleet_probing(pod.workload_class)
 
+        remembered = table.class_fits(pod.workload_class, pod.requests, now)
+
         def reason(name: str) -> str | None:
-            fit = table.fit(name, pod.workload_class, pod.requests, now, probing)
+            fit = (
+                table.fit(name, pod.workload_class, pod.requests, now, probing)
+                if probing is not None
+                else remembered(name)
+            )
             if fit is None:
                 return failing.get(name)
             fits[name] = fit
@@ -309,6 +315,7 @@ class Decider:
         table = self.table
         received, free = table.received, table.free
         limit = now - table.thresholds.stale_after
+        fit_of = table.class_fits(pod.workload_class, pod.requests, now) if pod else None
         frees: list[float] = []
         stale = missing = 0
         for name in names:
@@ -320,7 +327,7 @@ class Decider:
                 stale += 1
                 frees.append(-1.0)
             else:
-                fit = table.fit(name, pod.workload_class, pod.requests, now) if pod else None
+                fit = fit_of(name) if fit_of is not None else None
                 frees.append(free[name] if fit is None else fit.room)
         best = max(frees)
         if best <= 0:
@@ -343,6 +350,7 @@ class Decider:
         received = table.received
         limit = now - table.thresholds.stale_after
         per_class = bool(table.class_nodes and pod.workload_class)
+        fit_of = table.class_fits(pod.workload_class, pod.requests, now) if per_class else None
         utilisation: dict[str, dict[str, int]] = {}
         scores: list[int] = []
         stale = missing = 0
@@ -357,7 +365,7 @@ class Decider:
                 stale += 1
                 scores.append(0)
                 continue
-            fit = table.fit(name, pod.workload_class, pod.requests, now) if per_class else None
+            fit = fit_of(name) if fit_of is not None else None
             if fit is not None and report.classes is not None:
                 used = class_utilisation(
                     report.classes.feature_names, report.classes.full_level, fit.need, fit.free
