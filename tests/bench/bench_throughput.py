@@ -73,6 +73,7 @@ from throughput_stats import (  # noqa: E402
     summary,
 )
 
+from carico.pods import class_of_pod  # noqa: E402
 from carico_app.schedconfig import CARICO_PROFILE, DEFAULT_PROFILE, ExtenderConfig  # noqa: E402
 
 NAMESPACE = "throughput"
@@ -138,11 +139,16 @@ class Extenders:
         workdir: Path,
         report_every: float,
         carico_flags: list[str] | None = None,
+        per_class: bool = False,
     ) -> None:
         self.cp = cp
         self.carico_flags = list(carico_flags or [])
         self.workdir = workdir
         self.report_every = report_every
+        # Per-class reports, every node having learned the benchmark pods' class (its name as
+        # the extender derives it from such a pod); "" for reports of one cost per pod.
+        pod = {**Api.pod_body("x", CARICO_PROFILE), "metadata": {"namespace": NAMESPACE}}
+        self.pod_class = class_of_pod(pod).name if per_class else ""
         self.procs: list[subprocess.Popen[bytes]] = []
         self.carico: ExtenderProcess | None = None
         self.pid: int | None = None
@@ -191,7 +197,11 @@ class Extenders:
         path = self.workdir / "avails.json"
         path.write_text(json.dumps(avails))
         self.feed_pid = self._spawn(
-            "throughput_feed.py", f"127.0.0.1:{ext.grpc_port}", str(path), f"{self.report_every:g}"
+            "throughput_feed.py",
+            f"127.0.0.1:{ext.grpc_port}",
+            str(path),
+            f"{self.report_every:g}",
+            *([self.pod_class] if self.pod_class else []),
         )
 
         def all_reported() -> bool:
@@ -318,7 +328,7 @@ async def measure(
         if config.extender == "carico":
             listed = await api.list_pods(NAMESPACE)
             bound = count_by(p.spec.nodeName for p in listed.items if p.spec.nodeName)
-            result.over = over_admitted(bound, avails)
+            result.over = over_admitted(bound, avails, per_class=bool(ext.pod_class))
         return result
     finally:
         ext.stop()
@@ -436,7 +446,9 @@ async def run(args: argparse.Namespace) -> int:
                 have = max(have, nodes)
                 print(f"\n{nodes} nodes ready in {time.monotonic() - t0:.0f} s", flush=True)
                 avails = avails_for(names, pods, args.seed)
-                ext = Extenders(cp, workdir, args.report_every, args.carico_flags.split())
+                ext = Extenders(
+                    cp, workdir, args.report_every, args.carico_flags.split(), args.per_class
+                )
                 for round_ in range(args.rounds):
                     results = []
                     for config in chosen:
@@ -490,6 +502,12 @@ def main() -> int:
         type=float,
         default=5.0,
         help="seconds between a node's capacity reports (stale after 3x)",
+    )
+    p.add_argument(
+        "--per-class",
+        action="store_true",
+        help="per-class reports (today's agents: the extender decides by each node's fit for "
+        "the pods' class) instead of one cost per pod",
     )
     p.add_argument(
         "--configs",

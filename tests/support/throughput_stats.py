@@ -176,14 +176,30 @@ def admissible(avail: float, threshold: float = 1.0) -> int:
     return math.floor(avail - threshold) + 1
 
 
+def admissible_per_class(room: float) -> int:
+    """The most pods of a class the filter lets onto a node with room for ``room`` of them
+    (threshold 1) while none runs: a pod counts when more than half of it fits, each bound pod
+    reserves one, so it passes while room − reserved > 0.5."""
+    return max(0, math.ceil(room - 0.5))
+
+
 def over_admitted(
-    bound: Mapping[str, int], avail: Mapping[str, float], threshold: float = 1.0
+    bound: Mapping[str, int],
+    avail: Mapping[str, float],
+    threshold: float = 1.0,
+    per_class: bool = False,
 ) -> dict[str, tuple[int, int]]:
-    """Nodes with more pods bound than ``admissible``: node -> (bound, admissible). A node with
-    pods but no reported avail admits none."""
+    """Nodes with more pods bound than ``admissible`` (``admissible_per_class`` of the avail
+    as room when the nodes report per class): node -> (bound, admissible). A node with pods but
+    no reported avail admits none."""
     over: dict[str, tuple[int, int]] = {}
     for node, pods in bound.items():
-        limit = admissible(avail[node], threshold) if node in avail else 0
+        if node not in avail:
+            limit = 0
+        elif per_class:
+            limit = admissible_per_class(avail[node])
+        else:
+            limit = admissible(avail[node], threshold)
         if pods > limit:
             over[node] = (pods, limit)
     return over
