@@ -4,11 +4,14 @@ quantiles of Prometheus histograms, and the over-admission check."""
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import pytest
 from throughput_stats import (
     Histogram,
     admissible,
+    admissible_per_class,
     count_by,
     counter,
     histogram,
@@ -145,3 +148,31 @@ def test_over_admitted_names_the_nodes_beyond_their_limit() -> None:
     # a node without a report admits nothing
     assert over_admitted({"z": 1}, {}) == {"z": (1, 0)}
     assert over_admitted(bound, {"a": 3.0, "b": 1.0, "c": 2.0}) == {}
+
+
+# Not a half above 1 (1.5): the room left after the reservations is then 0.5 give or take a
+# rounding error, on the filter's edge (a pod counts when more than half of it fits).
+@pytest.mark.parametrize("room", [0.3, 0.5, 0.51, 1.0, 1.49, 1.51, 3.49, 3.51, 7.2])
+def test_the_per_class_limit_is_what_the_extender_admits_of_the_feeds_reports(room: float) -> None:
+    """The feed's per-class report with room for ``room`` pods, taken by the extender's table:
+    reserving pods of the class while its fit says one more fits admits admissible_per_class."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from throughput_feed import per_class
+
+    from carico.pods import Requests
+    from protos.carico.v1 import capacity_pb2
+    from scheduler_ext.capacity import CapacityTable
+
+    klass, requests = "throughput/pods", Requests(0.1, 0.0)
+    msg = capacity_pb2.NodeCapacity(node="n", avail=room, sequence=1, timestamp=1.0)
+    per_class(msg, room, klass)
+    table = CapacityTable()
+    assert table.ingest(msg, "s", 0.0)[0].value == "accepted"
+    admitted = 0
+    while (fit := table.fit("n", klass, requests, 0.0)) is not None and fit.count >= 1:
+        table.add_reserved("n", 1, klass, requests)
+        admitted += 1
+        assert admitted < 100
+    assert admitted == admissible_per_class(room)
+    assert over_admitted({"n": admitted}, {"n": room}, per_class=True) == {}
+    assert over_admitted({"n": admitted + 1}, {"n": room}, per_class=True) != {}
