@@ -7,13 +7,16 @@ otherwise), so recording costs nothing beyond what the reply already cost and me
 by the number of pods and by total bytes — the bodies, the pod keys and a fixed overhead per entry
 (``ENTRY_BYTES``), so that the bound holds whatever the decisions or names weigh; the least
 recently decided pods are dropped first.
-Decoding happens only when someone asks (``GET /api/v1/explain``). Pure: times are passed in.
+Decoding happens only when someone asks (``GET /api/v1/explain``), and so does the encoding of a
+per-class filter's costs on every candidate (``record_deferred``: the fits are kept, reckoned at
+a fixed size per node). Pure: times are passed in.
 Neighbours: ``service`` records, ``http_server`` serves.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,12 @@ class Entry:
     at: float  # wall-clock time of the decision (unix seconds)
     body: bytes  # JSON: a FilterResultNames-shaped object or a HostPriority list
     exempt: str | None
+    # A body encoded only when asked for (``record_deferred``), with what it is reckoned to cost.
+    render: Callable[[], bytes] | None = None
+    size: int = 0
+
+    def json(self) -> Any:
+        return msgspec.json.decode(self.render() if self.render is not None else self.body)
 
 
 class ExplainLog:
@@ -48,7 +57,18 @@ class ExplainLog:
         return self._bytes
 
     def record(self, pod: str, verb: str, at: float, body: bytes, exempt: str | None) -> None:
-        cost = self._cost(body, exempt)
+        self._keep(pod, Entry(verb, at, body, exempt))
+
+    def record_deferred(
+        self, pod: str, verb: str, at: float, render: Callable[[], bytes], size: int
+    ) -> None:
+        """Keep a decision encoded only if someone asks: ``render`` makes its body, ``size``
+        is what it is reckoned to hold meanwhile (counted against ``max_bytes``)."""
+        self._keep(pod, Entry(verb, at, b"", None, render, size))
+
+    def _keep(self, pod: str, entry: Entry) -> None:
+        verb = entry.verb
+        cost = self._cost(entry)
         if self.max_pods <= 0 or POD_BYTES + len(pod) + cost > self.max_bytes:
             return
         entries = self._pods.get(pod)
@@ -59,17 +79,18 @@ class ExplainLog:
             self._pods.move_to_end(pod)
             old = entries.get(verb)
             if old is not None:
-                self._bytes -= self._cost(old.body, old.exempt)
-        entries[verb] = Entry(verb, at, body, exempt)
+                self._bytes -= self._cost(old)
+        entries[verb] = entry
         self._bytes += cost
         while len(self._pods) > self.max_pods or self._bytes > self.max_bytes:
             key, dropped = self._pods.popitem(last=False)
             self._bytes -= POD_BYTES + len(key)
-            self._bytes -= sum(self._cost(e.body, e.exempt) for e in dropped.values())
+            self._bytes -= sum(self._cost(e) for e in dropped.values())
 
     @staticmethod
-    def _cost(body: bytes, exempt: str | None) -> int:
-        return ENTRY_BYTES + len(body) + (len(exempt) if exempt else 0)
+    def _cost(entry: Entry) -> int:
+        exempt = entry.exempt
+        return ENTRY_BYTES + len(entry.body) + entry.size + (len(exempt) if exempt else 0)
 
     def explain(self, pod: str, now: float) -> dict[str, Any] | None:
         entries = self._pods.get(pod)
@@ -78,7 +99,7 @@ class ExplainLog:
         out: dict[str, Any] = {"pod": pod}
         f = entries.get("filter")
         if f is not None:
-            body = msgspec.json.decode(f.body)
+            body = f.json()
             out["filter"] = {
                 "at": f.at,
                 "age_seconds": round(max(0.0, now - f.at), 3),
@@ -89,14 +110,14 @@ class ExplainLog:
             }
         c = entries.get("class")
         if c is not None:
-            out["class"] = msgspec.json.decode(c.body)
+            out["class"] = c.json()
         s = entries.get("shape")
         if s is not None:
             # per node: utilisation per feature (%) once the pod runs, and the shape's score
-            out["shape"] = msgspec.json.decode(s.body)
+            out["shape"] = s.json()
         p = entries.get("prioritize")
         if p is not None:
-            scores = msgspec.json.decode(p.body)
+            scores = p.json()
             ranked = sorted(scores, key=lambda s: (-s["Score"], s["Host"]))
             out["prioritize"] = {
                 "at": p.at,

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -30,6 +30,7 @@ from scheduler_ext.capacity import (
     Thresholds,
     fmt,
 )
+from scheduler_ext.class_fit import Fit
 from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
 from scheduler_ext.explain import ExplainLog
@@ -101,7 +102,13 @@ def _check_pod(facts: PodFacts) -> None:
         raise BadRequest(problem)
 
 
-def _class_summary(facts: PodFacts, d: FilterDecision) -> bytes:
+# What one node of a per-class filter's explanation is reckoned to hold until it is asked for:
+# its Fit (shared with the table's remembered fits) and its entry in the decision's dict; its
+# JSON is about 100 bytes.
+CLASS_SUMMARY_NODE_BYTES = 150
+
+
+def _class_summary(facts: PodFacts, fits: Mapping[str, Fit]) -> bytes:
     """What /api/v1/explain shows of a per-class filter: the class and its cost on each node."""
     nodes = {
         name: {
@@ -111,7 +118,7 @@ def _class_summary(facts: PodFacts, d: FilterDecision) -> bytes:
             "memory_bytes": round(fit.cost.footprint.memory),
             "source": fit.cost.source,
         }
-        for name, fit in (d.fits or {}).items()
+        for name, fit in fits.items()
     }
     return msgspec.json.encode(
         {
@@ -342,7 +349,16 @@ class ExtenderService:
             elif d.failed or d.unresolvable:  # fail-closed stale data waits for reports too
                 self.waiting.refused(facts, names, now)
         if d.fits:
-            self.explain.record(facts.key, "class", self.wall(), _class_summary(facts, d), None)
+            # Encoding the class's cost on some hundred nodes took as long as the filter itself:
+            # done only if someone asks.
+            fits = d.fits
+            self.explain.record_deferred(
+                facts.key,
+                "class",
+                self.wall(),
+                lambda: _class_summary(facts, fits),
+                CLASS_SUMMARY_NODE_BYTES * len(fits),
+            )
         self.count_request("filter", "exempt" if d.exempt else "ok")
         if d.exempt is None:
             nc = self._node_count

@@ -104,6 +104,24 @@ def test_explain_is_bounded_lru() -> None:
     assert len(tight) == 1 and tight.size_bytes <= tight.max_bytes
 
 
+def test_a_deferred_entry_is_encoded_only_when_asked_and_counts_its_reckoned_size() -> None:
+    log = ExplainLog(max_pods=10, max_bytes=10_000)
+    rendered: list[int] = []
+
+    def render() -> bytes:
+        rendered.append(1)
+        return b'{"class": "ns/Job/x", "nodes": {"a": {"fits": 2}}}'
+
+    log.record_deferred("ns/p", "class", 5.0, render, 300)
+    assert rendered == [] and log.size_bytes == POD_BYTES + len("ns/p") + ENTRY_BYTES + 300
+    explained = log.explain("ns/p", 6.0)
+    assert explained is not None and explained["class"]["nodes"] == {"a": {"fits": 2}}
+    assert rendered == [1]
+    # Its reckoned size counts against the bound like a body's bytes: too big, not kept.
+    log.record_deferred("ns/q", "class", 5.0, render, 10_000)
+    assert log.explain("ns/q", 6.0) is None and rendered == [1]
+
+
 def test_pod_list_and_watch_events_from_the_api() -> None:
     listed = {
         "kind": "PodList",
