@@ -5,7 +5,9 @@ The bed (``throughput_bed``): the e2e tier's etcd, kube-apiserver and kube-sched
 Node objects (no kubelets: a pod counts as scheduled once bound) and, for the extender
 configurations, a capacity report for every node streamed over the extender's gRPC ingest for the
 whole run (``throughput_feed``: one stream per node, a report every ``--report-every`` seconds,
-data stale after three times that; a random avail per node, with room for every pod in all).
+data stale after three times that; a random avail per node, with room for every pod in all;
+``--per-class``: per-class reports as today's agents send them, every node having learned the
+pods' class, so that the extender decides by each node's fit for it).
 Configurations, measured one after another in the same run: kube-scheduler alone; a trivial
 extender (``throughput_trivial``: every node passes, every score is 0, a bind binds) on Carico's
 HTTP stack; Carico with ``nodeCacheCapable`` true and false, each with and without Carico binding.
