@@ -22,9 +22,8 @@ from agent.class_capacity import CapacityView
 from agent.pipeline import CapacityReport
 from carico.footprint import Footprint
 
-# Off by default (every report goes out) until the gate is measured on the real node's burst: the
-# runs that kept it off used an admission check later found to count starting pods twice
-# (docs/architecture.md#report-cadence).
+# Off by default (every report goes out): with 3 s, the real node's burst admitted one pod past the
+# node's capacity in 1 of 3 runs, without it in none of 5 (docs/architecture.md#report-cadence).
 DEFAULT_KEEPALIVE_S = 0.0
 
 
