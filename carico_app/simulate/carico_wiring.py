@@ -368,7 +368,9 @@ class CaricoScheduler(KubeScheduler):
     def _agent_tick(self, agent: SimAgent, now: float) -> None:
         sample = agent.source.read(now)
         pods = sample.pods
-        event = agent.pods is not None and pods != agent.pods
+        # A pod event, as the agent's pod watch sees one: the running pods changed, even when
+        # one started as another ended (the report made at it lists the pod that started).
+        event = agent.pods is not None and (pods != agent.pods or sample.running is not None)
         agent.pods = pods
         report = agent.pipeline.step(now, sample, pods, event)
         if report is None or not agent.gate.why(report):
