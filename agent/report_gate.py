@@ -22,8 +22,9 @@ from agent.class_capacity import CapacityView
 from agent.pipeline import CapacityReport
 from carico.footprint import Footprint
 
-# Off by default (every report goes out): with 3 s, the real node's burst admitted one pod past the
-# node's capacity in 1 of 3 runs, without it in none of 5 (docs/architecture.md#report-cadence).
+# Off by default (every report goes out) until the real node's burst is understood: it admitted one
+# pod past the node's capacity in 1 of 3 runs with 3 s and in 1 of 6 without
+# (docs/architecture.md#report-cadence).
 DEFAULT_KEEPALIVE_S = 0.0
 
 
