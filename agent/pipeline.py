@@ -264,6 +264,7 @@ class AgentPipeline:
         if last is None:
             return None
         classes = last.classes
+        counted = self.classes.counted_recently(now)
         if classes is not None and self._default is not None:
             # The running pods changed: the expected use counts them at once, in every mode.
             classes = self.classes.view(now, None, self._psi_available, self._default, False)
@@ -277,7 +278,7 @@ class AgentPipeline:
                 churn=True,
                 samples_missing=self.samples_missing,
                 classes=classes,
-                counted_pods=self.classes.counted_recently(now),
+                counted_pods=counted,
             )
         elif classes is not None:
             report = replace(
@@ -287,7 +288,7 @@ class AgentPipeline:
                 churn=churn or last.churn,
                 samples_missing=self.samples_missing,
                 classes=classes,
-                counted_pods=self.classes.counted_recently(now),
+                counted_pods=counted,
             )
         else:
             return None

@@ -428,7 +428,8 @@ class CapacityTable:
         node's report, its reservations or the fleet's summary change: a filter and a prioritize
         ask it of every candidate, and a burst asks the same of each node many times between two
         of its reports (docs/architecture.md#decisions). A fit costs about 20 µs to compute."""
-        fleet_gen = self._fleet_generation(now)
+        self.fleet_summary(now)  # recomputes (and bumps the fleet's generation) when due
+        fleet_gen = self.fleet.generation
         key = (workload_class, requests)
         known = self._fits.get(key)
         if known is None or known[0] != fleet_gen:
@@ -453,10 +454,6 @@ class CapacityTable:
             return fit
 
         return lookup
-
-    def _fleet_generation(self, now: float) -> int:
-        self.fleet_summary(now)  # recomputes (and bumps the generation) when due
-        return self.fleet.generation
 
     def fleet_probing(self, workload_class: str) -> int | None:
         """With ``probe_fleet_wide`` (a packing score shape): the class's pods running on any

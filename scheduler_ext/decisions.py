@@ -207,14 +207,15 @@ class Decider:
         fits: dict[str, Fit] = {}
         probing = table.fleet_probing(pod.workload_class)
 
-        remembered = table.class_fits(pod.workload_class, pod.requests, now)
+        # A cluster-wide probe depends on every node's count: computed afresh, not remembered.
+        fit_of = (
+            table.class_fits(pod.workload_class, pod.requests, now)
+            if probing is None
+            else lambda name: table.fit(name, pod.workload_class, pod.requests, now, probing)
+        )
 
         def reason(name: str) -> str | None:
-            fit = (
-                table.fit(name, pod.workload_class, pod.requests, now, probing)
-                if probing is not None
-                else remembered(name)
-            )
+            fit = fit_of(name)
             if fit is None:
                 return failing.get(name)
             fits[name] = fit

@@ -186,7 +186,7 @@ def build_app(
                 "age_seconds": round(now - r.created_at, 3),
                 # seconds since the pod left Pending, waiting for a report to count it
                 "handed_over_seconds": (
-                    None if r.running_since is None else round(now - r.running_since, 3)
+                    None if r.handed_over_at is None else round(now - r.handed_over_at, 3)
                 ),
             }
             for r in sorted(service.ledger.reservations(), key=lambda r: r.key)

@@ -62,7 +62,7 @@ class Reservation:
     requests: Requests = Requests()
     # When the pod watch saw the pod leave Pending (None until then): handed over, it waits for
     # a report of the node to count it.
-    running_since: float | None = None
+    handed_over_at: float | None = None
 
 
 class Release(enum.Enum):
@@ -258,8 +258,8 @@ class Ledger:
                     return None  # another pod of the same name (an older uid)
                 moved = bool(pod.node) and pod.node != current.node
                 if (pod.deleted or pod.phase == RUNNING) and not moved:
-                    if current.running_since is None:
-                        current.running_since = now
+                    if current.handed_over_at is None:
+                        current.handed_over_at = now
                     return None
                 return self._drop(current, Release.RELEASED)
             if not pod.node:
@@ -292,8 +292,8 @@ class Ledger:
             for key, res in list(self._by_key.items()):
                 pod = wanted.get(key)
                 if pod is None:
-                    if res.running_since is None:
-                        res.running_since = now
+                    if res.handed_over_at is None:
+                        res.handed_over_at = now
                 elif pod.node != res.node or pod.facts.uid != res.uid:
                     self._drop(res, Release.RELEASED)
             for key, pod in wanted.items():
@@ -311,7 +311,7 @@ class Ledger:
             for res in [
                 r
                 for r in self._by_key.values()
-                if r.running_since is not None and now - r.running_since >= self.handover_timeout
+                if r.handed_over_at is not None and now - r.handed_over_at >= self.handover_timeout
             ]:
                 self._drop(res, Release.UNCOUNTED)
             return old

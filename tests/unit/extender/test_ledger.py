@@ -88,7 +88,7 @@ def test_ended_when_the_pod_ends_is_deleted_or_is_counted(make_report: MakeRepor
     # was deleted) or Running: handed over, held until a report counts the pod.
     assert ledger.observe(PodState(pod("a"), "n2", "Pending", deleted=True), 2.0) is None
     assert ledger.observe(PodState(pod("d"), "n2", "Running"), 2.5) is None
-    held = [(r.key, r.running_since) for r in ledger.reservations()]
+    held = [(r.key, r.handed_over_at) for r in ledger.reservations()]
     assert held == [
         ("shop/a", 2.0),
         ("shop/b", None),
@@ -181,7 +181,7 @@ def test_reconcile_rebuilds_from_a_list(make_report: MakeReport) -> None:
     ledger.reconcile(listed, 5.0)
     # "gone" is no longer Pending: it may have started while the watch was down, so it is
     # handed over (held until a report counts it or the hand-over timeout), not dropped.
-    assert sorted((r.key, r.node, r.running_since) for r in ledger.reservations()) == [
+    assert sorted((r.key, r.node, r.handed_over_at) for r in ledger.reservations()) == [
         ("shop/gone", "n1", 5.0),
         ("shop/kept", "n2", None),
         ("shop/moved", "n2", None),
