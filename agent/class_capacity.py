@@ -6,7 +6,8 @@ when the source reads it) and the running pods with their classes. It keeps:
 
 * the per-class footprints (``carico.footprint.FootprintLearner``), from each pod's usage: CPU
   demand attributed with ``telemetry.pod_cpu_demand`` (censored on a saturated node), memory
-  as measured;
+  as measured; a measurement is held ``exit_lag`` seconds and dropped if its pod ends
+  meanwhile (it may span the pod's exit, before the pod watch said so);
 * the node's *unexplained* use: what its telemetry y shows beyond the footprints of the pods that
   were running when y was measured (y lags the pods by the EMA's delay, ``lag`` seconds), and
   its slow average y_base (system daemons, exempt pods), learned in quiet batches;
@@ -82,9 +83,12 @@ class ClassCapacity:
         full_level: float,
         max_classes: int,
         lag: float = 0.4,
+        exit_lag: float = 0.0,
     ) -> None:
         if not 0.0 < full_level <= 1.0:
             raise ValueError(f"full_level must be in (0, 1], got {full_level!r}")
+        if not (math.isfinite(exit_lag) and exit_lag >= 0):
+            raise ValueError(f"exit_lag must be a number of seconds >= 0, got {exit_lag!r}")
         self.feature_names = feature_names
         self.full_level = full_level
         self.learner = FootprintLearner(max_classes=max_classes)
@@ -95,6 +99,9 @@ class ClassCapacity:
         self._base: np.ndarray | None = None
         self._unexplained: np.ndarray | None = None
         self.lag = lag
+        self.exit_lag = exit_lag
+        # Measurements not yet learned from, oldest first: (when taken, [(pod uid, measurement)])
+        self._held: deque[tuple[float, list[tuple[str, PodMeasurement]]]] = deque()
         # (since when, running pods per class), newest last: the counts at y's measurement time
         self._history: deque[tuple[float, dict[str, int]]] = deque([(-math.inf, {})], maxlen=64)
         self.cores = math.nan
@@ -148,8 +155,16 @@ class ClassCapacity:
         last reading taken while it was already running. Not since it started, nor from a
         reading taken before the pod watch said Running: a pod's cgroup exists from its sandbox
         on, and what it uses while its containers are created and start is not what it uses
-        running (on a real node a first interval spanning the start read a quarter of the pod)."""
-        measured: list[PodMeasurement] = []
+        running (on a real node a first interval spanning the start read a quarter of the pod).
+
+        Nor the end: a pod's process exits a second or two before the pod watch says it ended
+        (the kubelet notices at its next relist, then writes the status), and the readings in
+        between show the pod using nothing. Each batch of measurements is therefore held
+        ``exit_lag`` seconds and learned from only for the pods still running then. Without
+        the hold, on a real node, a wave of three 1-core pods ending together lowered their
+        class's cost until the node read room for 5 of them where 3 fit
+        (docs/architecture.md#cost-and-capacity)."""
+        measured: list[tuple[str, PodMeasurement]] = []
         for uid, reading in usage.items():
             pod = self.running.get(uid)
             last = self._usage.get(uid)
@@ -162,11 +177,23 @@ class ClassCapacity:
                 if dt > 0 and used >= 0:
                     demand, censored = pod_cpu_demand(used / dt, cpu_util, psi_cpu, psi_available)
                     measured.append(
-                        PodMeasurement(pod.name, demand, reading.memory_bytes, censored)
+                        (uid, PodMeasurement(pod.name, demand, reading.memory_bytes, censored))
                     )
         self._usage = {uid: (now, r) for uid, r in usage.items() if uid in self.running}
-        self.measurements += len(measured)
-        self.learner.observe(now, measured)
+        if measured:
+            self._held.append((now, measured))
+        self._release(now)
+
+    def _release(self, now: float) -> None:
+        """Learn from the held batches at least ``exit_lag`` old, each as the batch it was (the
+        learner averages a class's pods per batch), for the pods still running."""
+        held = self._held
+        while held and now - held[0][0] >= self.exit_lag:
+            _, batch = held.popleft()
+            kept = [m for uid, m in batch if uid in self.running]
+            self.measurements += len(kept)
+            if kept:
+                self.learner.observe(now, kept)
 
     # -- the view -----------------------------------------------------------------------------
 

@@ -55,6 +55,11 @@ class PipelineConfig:
     # 0.126 unlagged). The churn filter uses it (docs/architecture.md#cost-and-capacity);
     # width: the EMA's median of 3.
     pods_lag_samples: int = 4
+    # A pod's measurements are learned from this long after they are taken, and dropped if the
+    # pod ends meanwhile: its process exits up to a relist (1 s) plus a status write before the
+    # pod watch says so, and readings in between show it idle
+    # (docs/architecture.md#cost-and-capacity).
+    exit_lag_s: float = 2.0
     # A resource within this of full is at its floor: its noisy samples are clipped at 1, so the
     # smoothed level stops short of 1 and k stays a little above 0 on a full node. Such a k is
     # censored like k = 0. 0.03 is the EMA's δ_min, the smallest level change it treats as real.
@@ -79,6 +84,8 @@ class PipelineConfig:
             raise ValueError("max_missing_fraction must be in [0, 1)")
         if not self.global_ttl_s > 0:
             raise ValueError("the global model's time to live must be positive")
+        if not (math.isfinite(self.exit_lag_s) and self.exit_lag_s >= 0):
+            raise ValueError("exit_lag_s must be a number of seconds >= 0")
         if self.pods_lag_samples < 0 or not 0 <= self.censor_headroom < 1:
             raise ValueError("pods_lag_samples must be >= 0 and censor_headroom in [0, 1)")
         if not 0 < self.full_level <= 1:
@@ -162,6 +169,7 @@ class AgentPipeline:
             self.config.max_classes,
             # the smoothed signal sees the pods of this long ago (see pods_lag_samples)
             lag=self.config.pods_lag_samples / self.config.sample_hz,
+            exit_lag=self.config.exit_lag_s,
         )
         # CPU utilisation and pressure since the last per-pod usage reading (sums, counts)
         self._cpu_sums = [0.0, 0.0, 0, 0]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from carico.pods import Requests
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext.capacity import CapacityTable, Ingest, fmt
+from scheduler_ext.class_fit import Fit
 from scheduler_ext.pods import ExemptionPolicy, PodFacts
 
 PENDING = "Pending"
@@ -93,6 +94,8 @@ class ReserveResult:
     # The room the check saw (pods of the pod's class, or avail − reserved in pod-units) before
     # this unit was taken; None when nothing was checked (stale data, a plan slot, a repeat).
     room: float | None = None
+    # The pod's class fit the check used (its cost, the node's free room), when per class.
+    fit: Fit | None = None
 
 
 class Ledger:
@@ -152,6 +155,7 @@ class Ledger:
                 return ReserveResult(False, f"carico: {self.table.full_reason(node)}")
             stale = ""
             room: float | None = None
+            fit: Fit | None = None
             if check:
                 probing = self.table.fleet_probing(facts.workload_class)
                 fit = self.table.fit(node, facts.workload_class, facts.requests, now, probing)
@@ -159,6 +163,7 @@ class Ledger:
                 free = self.table.free.get(node)
                 if free is None or not self.table.is_fresh(node, now):
                     stale = "missing" if free is None else "stale"
+                    fit = None  # not decided on
                     if self.stale_policy is StaleData.FAIL_CLOSED:
                         return ReserveResult(
                             False, f"carico: no fresh capacity data for node {node}", stale
@@ -184,7 +189,9 @@ class Ledger:
                 facts.key, facts.uid, node, now, facts.workload_class, facts.requests
             )
             self._add(made)
-            return ReserveResult(True, stale=stale, made=made, displaced=current, room=room)
+            return ReserveResult(
+                True, stale=stale, made=made, displaced=current, room=room, fit=fit
+            )
 
     def undo(self, result: ReserveResult) -> bool:
         """After a failed bind, give back what the ``reserve`` that returned ``result`` took.

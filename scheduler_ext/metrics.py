@@ -149,6 +149,25 @@ class ExtenderMetrics:
             "pods whose last filter turned every candidate away, not yet passed, bound or gone",
             registry=r,
         )
+        # Pods in flight (docs/architecture.md#pods-in-flight)
+        self.in_flight = Gauge(
+            "carico_extender_pods_in_flight",
+            "pods that passed a filter holding nodes with little room, not yet bound",
+            registry=r,
+        )
+        self.in_flight_holds = Counter(
+            "carico_extender_in_flight_holds",
+            "filters whose pod held nodes with little room until its bind",
+            registry=r,
+        )
+        self.in_flight_waits = Counter(
+            "carico_extender_in_flight_waits",
+            "filters that waited for pods in flight, by how the wait ended (bound: the holders "
+            "were bound or gone; expired: a hold ended by its TTL; refused: nodes still held "
+            "failed)",
+            ["outcome"],
+            registry=r,
+        )
         # Repacking (docs/architecture.md#repack-execution); declared here so every name the shipped
         # dashboards query exists from the first scrape, before any repack has run.
         self.repack_runs = Counter(

@@ -13,8 +13,9 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
@@ -27,6 +28,7 @@ from scheduler_ext.capacity import (
     DEFAULT_THRESHOLD,
     CapacityTable,
     Ingest,
+    NodeReport,
     Thresholds,
     fmt,
 )
@@ -35,6 +37,7 @@ from scheduler_ext.cluster import BindError, Cluster
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
+from scheduler_ext.in_flight import InFlight
 from scheduler_ext.ledger import PENDING, Ledger, PodState, ReserveResult, StaleData
 from scheduler_ext.metrics import ExtenderMetrics
 from scheduler_ext.pods import ExemptionPolicy, PodFacts, facts_from_wire, facts_problem
@@ -142,6 +145,25 @@ def _shape_summary(shape: ScoreShape, d: PrioritizeDecision) -> bytes:
     )
 
 
+def _fit_fields(fit: Fit | None, report: NodeReport | None) -> dict[str, Any]:
+    """What a per-class bind check charged the pod: its class's footprint and where it came
+    from, and per feature one pod's share of the node and the node's free room (empty when the
+    node was decided in pod-units)."""
+    if fit is None:
+        return {}
+    names = report.classes.feature_names if report is not None and report.classes else ()
+    cost = fit.cost
+    return {
+        "cost": {
+            "cpu_cores": cost.footprint.cpu,
+            "memory_bytes": cost.footprint.memory,
+            "source": cost.source,
+        },
+        "need": dict(zip(names, fit.need, strict=False)),
+        "free": dict(zip(names, fit.free, strict=False)),
+    }
+
+
 def _facts(pod: wire.Pod) -> PodFacts:
     try:
         return facts_from_wire(pod)
@@ -204,6 +226,10 @@ class ExtenderService:
         # (docs/architecture.md#waking-turned-away-pods).
         self.waiting = WaitingPods()
         self.metrics.waiting.set_function(lambda: float(len(self.waiting)))
+        # Pods that passed a filter and are not bound yet (docs/architecture.md#pods-in-flight).
+        self.in_flight = InFlight()
+        self._holds_event: asyncio.Event | None = None
+        self.metrics.in_flight.set_function(lambda: float(len(self.in_flight)))
         self._wakes: set[asyncio.Task[None]] = set()
         self.metrics.repack_slots_open.set_function(lambda: float(self.slots.open_count()))
         self._recent: OrderedDict[str, PodFacts] = OrderedDict()
@@ -299,14 +325,115 @@ class ExtenderService:
 
     # -- verbs -----------------------------------------------------------------------------
 
-    def filter(self, body: Body) -> bytes:
+    def filter(self, body: Body) -> bytes | Coroutine[Any, Any, bytes]:
+        """The filter's reply; a coroutine making it when the pod must first wait for pods in
+        flight (docs/architecture.md#pods-in-flight)."""
         facts, cands, cache_capable = self._args(body)
-        names = cands.names
         self._remember(facts)
         now = self.clock()
-        d = self._slot_filter(facts, body, names) if self.slots else None
-        if d is None:
-            d = self.decider.filter(facts, cands, now)
+        in_flight = self.in_flight
+        in_flight.expire(now)
+        if in_flight.release(facts.key):  # tried again: its last attempt was not bound
+            self._holds_changed()
+        d, holds = self._filter_decision(facts, cands, body, now)
+        if holds:
+            conflicts = self._in_flight_conflicts(facts, d)
+            if conflicts:
+                return self._filter_after_in_flight(facts, cands, body, cache_capable, conflicts)
+            self._hold(facts, d, now)
+        return self._filter_reply(facts, cands, body, cache_capable, d, now)
+
+    def _filter_decision(
+        self, facts: PodFacts, cands: Candidates, body: Body, now: float
+    ) -> tuple[FilterDecision, bool]:
+        """The decision, and whether it is one that holds room for pods in flight (not an
+        exempt pod's, nor one steered by a repack plan's slots)."""
+        d = self._slot_filter(facts, body, cands.names) if self.slots else None
+        if d is not None:
+            return d, False
+        d = self.decider.filter(facts, cands, now)
+        return d, d.exempt is None and bool(d.passed)
+
+    def _counts(self, d: FilterDecision) -> Callable[[str], float | None]:
+        """Per passed node, the pods of the filtered pod's class that fit there (per class), or
+        avail − reserved (pod-units); None for a node passed without data."""
+        fits, free = d.fits or {}, self.table.free
+
+        def count(node: str) -> float | None:
+            fit = fits.get(node)
+            return float(fit.count) if fit is not None else free.get(node)
+
+        return count
+
+    def _in_flight_conflicts(self, facts: PodFacts, d: FilterDecision) -> dict[str, frozenset[str]]:
+        return self.in_flight.conflicts(
+            facts.key, d.passed, self._counts(d), self.table.thresholds.threshold
+        )
+
+    def _hold(self, facts: PodFacts, d: FilterDecision, now: float) -> None:
+        if self.in_flight.hold(
+            facts.key, d.passed, self._counts(d), self.table.thresholds.threshold, now
+        ):
+            self.metrics.in_flight_holds.inc()
+
+    def _holds_changed(self) -> None:
+        """Wake the filters waiting for pods in flight."""
+        event = self._holds_event
+        if event is not None:
+            event.set()
+            self._holds_event = None
+
+    async def _filter_after_in_flight(
+        self,
+        facts: PodFacts,
+        cands: Candidates,
+        body: Body,
+        cache_capable: bool,
+        conflicts: dict[str, frozenset[str]],
+    ) -> bytes:
+        """Wait until the pods holding the nodes this pod passed only without them are bound,
+        seen gone or past their hold's TTL, then decide again. A node still held after the
+        longest wait (new holders kept coming) fails, with the pods that hold it."""
+        waited = "bound"
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.in_flight.ttl  # real time: the wait is
+        while True:
+            until = self.in_flight.next_expiry(set().union(*conflicts.values()))
+            if until is not None:
+                timeout = min(until - self.clock(), deadline - loop.time())
+                if self._holds_event is None:
+                    self._holds_event = asyncio.Event()
+                try:
+                    await asyncio.wait_for(self._holds_event.wait(), max(timeout, 0.0))
+                except TimeoutError:
+                    waited = "expired"
+            now = self.clock()
+            self.in_flight.expire(now)
+            d, holds = self._filter_decision(facts, cands, body, now)
+            conflicts = self._in_flight_conflicts(facts, d) if holds else {}
+            if not conflicts or until is None or waited == "expired":
+                break
+        self.metrics.in_flight_waits.labels(waited if not conflicts else "refused").inc()
+        if conflicts:
+            d.passed = [n for n in d.passed if n not in conflicts]
+            for node, pods in conflicts.items():
+                d.failed[node] = (
+                    f"carico: room held for pods being bound: {', '.join(sorted(pods))}"
+                )
+        if holds:
+            self._hold(facts, d, now)
+        return self._filter_reply(facts, cands, body, cache_capable, d, now)
+
+    def _filter_reply(
+        self,
+        facts: PodFacts,
+        cands: Candidates,
+        body: Body,
+        cache_capable: bool,
+        d: FilterDecision,
+        now: float,
+    ) -> bytes:
+        names = cands.names
         if self._warming_up(d, len(names), now):
             # Fail-closed with no report at all yet, just after a (re)start: the gap is transient.
             # An error makes kube-scheduler retry the pod with backoff (seconds); marking every
@@ -472,6 +599,7 @@ class ExtenderService:
         )
         exempt = self.ledger.exemptions.reason(facts)
         nc = self._node_count
+        release = self.in_flight.release(facts.key)
         # A pod bound into a plan slot takes over the slot's unit: no second capacity check.
         slot = self.slots.claim(facts, args.Node) if self.slots else None
         result: ReserveResult | None = None
@@ -480,12 +608,16 @@ class ExtenderService:
             if result.stale:
                 self._stale("bind", int(result.stale == "stale"), int(result.stale == "missing"))
             if not result.ok:
+                if release:
+                    self._holds_changed()
                 if slot is not None:
                     self.slots.unclaim(slot)
                 nc["bind", "refused"].inc()
                 self.count_request("bind", "ok")
                 return wire.encode(wire.BindingResult(result.error))
             nc["bind", "reserved"].inc()
+        if release:  # its reservation (or exemption) stands in for its hold now
+            self._holds_changed()
         self._log_bind(facts, args.Node, exempt, slot, result)
         try:
             await self.cluster.bind(facts, args.Node)
@@ -550,6 +682,7 @@ class ExtenderService:
                 "stale": stale,
                 "slot": slot.plan if slot is not None else "",
                 "exempt": exempt or "",
+                **_fit_fields(result.fit if result is not None else None, self.table.report(node)),
             },
         )
 
@@ -569,6 +702,10 @@ class ExtenderService:
         self.ledger.observe(pod, self.clock())
         if pod.node or pod.deleted or pod.phase != PENDING:
             self.waiting.passed(pod.facts.key)
+            # bound by another binder (kube-scheduler's, when this extender does not bind), or
+            # gone: the ledger counts it from this event on
+            if self.in_flight.release(pod.facts.key):
+                self._holds_changed()
 
     def sweep(self) -> None:
         now = self.clock()

@@ -4,7 +4,10 @@ costs, and a node whose agent sends no per-class data (an older agent) is decide
 
 from __future__ import annotations
 
+import logging
+
 import grpc
+import pytest
 
 from protos.carico.v1 import capacity_pb2, capacity_pb2_grpc
 
@@ -56,7 +59,10 @@ async def _bind(ext: Extender, name: str, node: str) -> str:
     return error
 
 
-async def test_reservations_are_held_in_the_pods_class_cost(extender: Extender) -> None:
+async def test_reservations_are_held_in_the_pods_class_cost(
+    extender: Extender, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="scheduler_ext.service")
     # n1: room for 0.3 / 0.125 = 2.4 web pods; legacy: an older agent's avail 3
     await _stream(extender.grpc.port, [per_class_report("n1", 0.3)])
     await _stream(extender.grpc.port, [report("legacy", 3.0)])
@@ -76,6 +82,18 @@ async def test_reservations_are_held_in_the_pods_class_cost(extender: Extender) 
     error = await _bind(extender, "web-2", "n1")
     assert WEB in error
     assert extender.service.table.reserved("n1") == 2
+    # each bind's log line says what the pod was charged: its class's cost, one pod's share of
+    # the node and the free room the check saw (the second pod's: the first's share less)
+    binds = [r for r in caplog.records if getattr(r, "decision", "") == "bind"]
+    assert [(r.room, r.cost, r.need, r.free) for r in binds] == [  # type: ignore[attr-defined]
+        (
+            room,
+            {"cpu_cores": 1.0, "memory_bytes": 0.1 * GI, "source": "learned"},
+            {"cpu": 0.125, "memory": pytest.approx(0.0125)},
+            {"cpu": pytest.approx(cpu), "memory": pytest.approx(memory)},
+        )
+        for room, cpu, memory in ((2, 0.3, 0.6), (1, 0.175, 0.5875))
+    ]
     # the legacy node counts pod-units: three fit, each bind takes one
     for i in range(3, 6):
         assert await _bind(extender, f"web-{i}", "legacy") == ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -116,3 +118,53 @@ def test_a_full_node_has_no_headroom_and_the_scale_follows_the_cpu_feature() -> 
     assert v.headroom == (0.0, pytest.approx(0.3))
     assert v.scale == ((0.125, 0.0), (0.0, 1.0 / (8 * GI)))
     assert cc.view(0.0, np.array([0.95, 0.5]), False, DEFAULT, True).scale[0] == (0.25, 0.0)
+
+
+def test_a_pods_last_readings_before_the_watch_says_it_ended_are_not_learned_from() -> None:
+    """The process exits before the pod watch says so: the readings in between show the pod
+    idle. Held ``exit_lag`` seconds, they are dropped when the pod ends meanwhile; the readings
+    of the pods still running are learned from once that time has passed."""
+    cc = ClassCapacity(NAMES, 0.8, max_classes=8, lag=0.4, exit_lag=2.0)
+    cc.set_node(4.0, 8 * GI)
+    pods = {"a": BPI, "b": BPI}
+    cc.set_running(0.0, pods)
+    cpu = {"a": 0.0, "b": 0.0}
+
+    def read(t: float, used: dict[str, float]) -> None:
+        for uid, cores in used.items():
+            cpu[uid] += cores * 0.5
+        cc.measure(t, {uid: PodUsage(cpu[uid], 60e6) for uid in used}, 0.5, 0.0, True)
+
+    read(0.0, {"a": 0.0, "b": 0.0})  # the baseline
+    for i in range(1, 9):  # both pods use a core for 4 s, 0.5 s apart
+        read(i * 0.5, {"a": 1.0, "b": 1.0})
+    # held for 2 s: the readings up to t = 2.0 are learned from at t = 4.0
+    assert cc.measurements == 2 * 4
+    assert cc.learner.learned(BPI.name).footprint.cpu == pytest.approx(1.0)  # type: ignore[union-attr]
+    # "a" exits at t = 4.0; its readings show it idle until the watch says it ended at 5.5 (the
+    # pipeline passes a sample's running pods before its usage)
+    for i in range(9, 11):
+        read(i * 0.5, {"a": 0.0, "b": 1.0})
+    cc.set_running(5.5, {"b": BPI})
+    for i in range(11, 20):
+        read(i * 0.5, {"b": 1.0})
+    # of "a", the readings at 2.5 and 3.0 were learned from (released at 4.5 and 5.0, it still
+    # ran then); those from 3.5 on, the idle ones among them, were dropped
+    assert cc.learner.learned(BPI.name).footprint.cpu == pytest.approx(1.0)  # type: ignore[union-attr]
+    assert cc.measurements == 2 * 4 + 2 + 11  # "b": t = 2.5 .. 7.5, released by t = 9.5
+
+
+def test_without_the_hold_the_idle_tail_pulls_the_cost_down() -> None:
+    """The same exit with ``exit_lag`` 0: the check above can fail."""
+    cc = node()
+    cc.set_running(0.0, {"a": BPI})
+    cc.measure(0.0, {"a": PodUsage(0.0, 60e6)}, 0.5, 0.0, True)
+    cc.measure(1.0, {"a": PodUsage(1.0, 60e6)}, 0.5, 0.0, True)
+    cc.measure(2.0, {"a": PodUsage(1.0, 60e6)}, 0.1, 0.0, True)  # exited, still "Running"
+    assert cc.learner.learned(BPI.name).footprint.cpu < 1.0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("exit_lag", [-1.0, math.nan, math.inf])
+def test_the_exit_lag_must_be_seconds(exit_lag: float) -> None:
+    with pytest.raises(ValueError, match="exit_lag"):
+        ClassCapacity(NAMES, 0.8, max_classes=8, exit_lag=exit_lag)

@@ -1,0 +1,132 @@
+"""Pods between their filter and their bind: the room they are about to take.
+
+kube-scheduler binds asynchronously: once a pod's scheduling cycle has chosen a node, the next
+pod's cycle starts, and its filter can reach the extender before the first pod's bind does. The
+second filter then sees the room the first pod is about to take, passes a node that has room for
+one of them, and the second bind is refused; an extender marked ``ignorable`` (the shipped
+configuration) has its bind refusal skipped, and kube-scheduler's own binder binds the pod anyway.
+
+So a pod that passes a filter *holds* the passed nodes where little room is left (fewer than
+``HOLD_MARGIN`` more pods than the threshold, with the holds already there counted), until its
+bind comes, its pod is seen bound or gone, its next filter comes, or ``HOLD_TTL`` passes. A later
+filter of another pod that passes a held node only because the holders are not counted yet waits
+for them (docs/architecture.md#pods-in-flight). Holds count in pods of the filtered pod's class:
+exact for a burst of one class, a short wait at worst for mixed ones.
+
+Pure: no I/O, times are passed in. Neighbours: ``service`` (the waiting), ``ledger``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+# A node is held when it has room for fewer than this many more pods of the filtered pod's class
+# than the threshold: a node with more room is not at risk from the few pods in flight at once
+# (kube-scheduler runs one scheduling cycle at a time; a bind reaches the extender within
+# milliseconds of its cycle).
+HOLD_MARGIN = 4
+# A hold whose bind never came (the pod's cycle failed after the filter, another binder bound it
+# and the watch missed it) ends after this long: a filter waits at most this long for it.
+HOLD_TTL = 1.0
+
+
+@dataclass(slots=True)
+class _Hold:
+    nodes: tuple[str, ...]
+    until: float
+
+
+class InFlight:
+    """The holds of the pods that passed a filter and have not been bound yet."""
+
+    def __init__(self, ttl: float = HOLD_TTL, margin: int = HOLD_MARGIN) -> None:
+        if not ttl > 0 or margin < 1:
+            raise ValueError(f"hold ttl must be > 0 and margin >= 1, got {ttl!r}, {margin!r}")
+        self.ttl = ttl
+        self.margin = margin
+        self._holds: dict[str, _Hold] = {}  # pod key -> its hold
+        self._held: dict[str, set[str]] = {}  # node -> the pods holding it
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def holders(self, node: str) -> frozenset[str]:
+        return frozenset(self._held.get(node, ()))
+
+    def conflicts(
+        self,
+        pod: str,
+        passed: Iterable[str],
+        count: Callable[[str], float | None],
+        threshold: float,
+    ) -> dict[str, frozenset[str]]:
+        """The passed nodes that pass only because the pods holding them are not counted yet:
+        the pod's ``count`` there (pods of its class that fit; None: nothing known) less the
+        other holders is below ``threshold``; with the holders of each."""
+        held = self._held
+        out: dict[str, frozenset[str]] = {}
+        if not held:
+            return out
+        for node in passed:
+            others = held.get(node)
+            if not others:
+                continue
+            n = len(others) - (pod in others)
+            c = count(node) if n else None
+            if c is not None and c - n < threshold:
+                out[node] = frozenset(others - {pod})
+        return out
+
+    def hold(
+        self,
+        pod: str,
+        passed: Iterable[str],
+        count: Callable[[str], float | None],
+        threshold: float,
+        now: float,
+    ) -> int:
+        """``pod`` passed these nodes, with ``count`` pods of its class fitting on each: hold
+        those with little room left. Replaces the pod's earlier hold. Returns the nodes held."""
+        self.release(pod)
+        held = self._held
+        limit = threshold + self.margin
+        nodes = []
+        for node in passed:
+            c = count(node)
+            if c is None:
+                continue
+            others = held.get(node)
+            if c - (len(others) if others else 0) < limit:
+                nodes.append(node)
+        if nodes:
+            self._holds[pod] = _Hold(tuple(nodes), now + self.ttl)
+            for node in nodes:
+                held.setdefault(node, set()).add(pod)
+        return len(nodes)
+
+    def release(self, pod: str) -> bool:
+        """The pod's hold ends (its bind came, it was seen bound or gone, or it is filtered
+        again); False if it held nothing."""
+        hold = self._holds.pop(pod, None)
+        if hold is None:
+            return False
+        for node in hold.nodes:
+            holders = self._held.get(node)
+            if holders is not None:
+                holders.discard(pod)
+                if not holders:
+                    del self._held[node]
+        return True
+
+    def expire(self, now: float) -> list[str]:
+        """End the holds older than the TTL; the pods whose holds ended."""
+        gone = [pod for pod, hold in self._holds.items() if hold.until <= now]
+        for pod in gone:
+            self.release(pod)
+        return gone
+
+    def next_expiry(self, pods: Iterable[str]) -> float | None:
+        """When the first of these pods' holds ends by its TTL (None: none holds)."""
+        times = [h.until for p in pods if (h := self._holds.get(p)) is not None]
+        return min(times) if times else None

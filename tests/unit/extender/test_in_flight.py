@@ -1,0 +1,65 @@
+"""Pods in flight between their filter and their bind: which nodes they hold, which later filters
+would pass a node only by not counting them, and how holds end."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from scheduler_ext.in_flight import InFlight
+
+COUNTS = {"full": 0.0, "one": 1.0, "two": 2.0, "roomy": 9.0}
+
+
+def count(node: str) -> float | None:
+    return COUNTS.get(node)
+
+
+def test_a_pod_holds_only_the_passed_nodes_with_little_room() -> None:
+    flight = InFlight(ttl=1.0, margin=4)
+    # threshold 1: nodes with room for fewer than 1 + 4 pods are held; a node passed without
+    # data (None) is not
+    held = flight.hold("ns/a", ["one", "two", "roomy", "unknown"], count, 1.0, now=0.0)
+    assert held == 2
+    assert flight.holders("one") == flight.holders("two") == {"ns/a"}
+    assert flight.holders("roomy") == frozenset()
+
+
+def test_a_later_pod_conflicts_where_the_holders_would_leave_too_little() -> None:
+    flight = InFlight()
+    flight.hold("ns/a", ["one", "two"], count, 1.0, now=0.0)
+    # "one": 1 - 1 holder < 1; "two": 2 - 1 = 1 still fits; a pod's own hold is no conflict
+    assert flight.conflicts("ns/b", ["one", "two", "roomy"], count, 1.0) == {
+        "one": frozenset({"ns/a"})
+    }
+    assert flight.conflicts("ns/a", ["one", "two"], count, 1.0) == {}
+    # a second pod in flight on "two" (its count there already less the first holder)
+    flight.hold("ns/b", ["two"], count, 1.0, now=0.0)
+    assert flight.conflicts("ns/c", ["two"], count, 1.0) == {"two": frozenset({"ns/a", "ns/b"})}
+
+
+def test_holds_end_by_release_and_by_ttl() -> None:
+    flight = InFlight(ttl=1.0)
+    flight.hold("ns/a", ["one"], count, 1.0, now=0.0)
+    flight.hold("ns/b", ["one", "two"], count, 1.0, now=0.5)
+    assert flight.next_expiry(["ns/a", "ns/b"]) == 1.0
+    assert flight.release("ns/a") and not flight.release("ns/a")
+    assert flight.holders("one") == {"ns/b"}
+    assert flight.expire(1.4) == []
+    assert flight.expire(1.5) == ["ns/b"]
+    assert len(flight) == 0 and flight.holders("one") == flight.holders("two") == frozenset()
+    assert flight.next_expiry(["ns/b"]) is None
+
+
+def test_holding_again_replaces_the_pods_earlier_hold() -> None:
+    flight = InFlight()
+    flight.hold("ns/a", ["one"], count, 1.0, now=0.0)
+    flight.hold("ns/a", ["two"], count, 1.0, now=0.0)
+    assert flight.holders("one") == frozenset() and flight.holders("two") == {"ns/a"}
+
+
+@pytest.mark.parametrize(("ttl", "margin"), [(0.0, 4), (-1.0, 4), (math.nan, 4), (1.0, 0)])
+def test_bad_settings_are_refused(ttl: float, margin: int) -> None:
+    with pytest.raises(ValueError, match="hold ttl"):
+        InFlight(ttl=ttl, margin=margin)
