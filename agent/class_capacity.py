@@ -160,7 +160,8 @@ class ClassCapacity:
         Nor the end: a pod's process exits a second or two before the pod watch says it ended
         (the kubelet notices at its next relist, then writes the status), and the readings in
         between show the pod using nothing. Each batch of measurements is therefore held
-        ``exit_lag`` seconds and learned from only for the pods still running then. Without
+        ``exit_lag`` seconds and learned from only for the pods still running then (but for a
+        class not learned here yet, whose pods are probed until its first measurement). Without
         the hold, on a real node, a wave of three 1-core pods ending together lowered their
         class's cost until the node read room for 5 of them where 3 fit
         (docs/architecture.md#cost-and-capacity)."""
@@ -180,6 +181,15 @@ class ClassCapacity:
                         (uid, PodMeasurement(pod.name, demand, reading.memory_bytes, censored))
                     )
         self._usage = {uid: (now, r) for uid, r in usage.items() if uid in self.running}
+        # A class not learned here yet is learned from at once: until then its pods are probed a
+        # few at a time (scheduler_ext.class_fit), and a pod ending within a second of its first
+        # reading is rare; its later readings are held like any.
+        new = {m.workload_class for _, m in measured if not self.learner.knows(m.workload_class)}
+        if new:
+            first = [m for _, m in measured if m.workload_class in new]
+            self.measurements += len(first)
+            self.learner.observe(now, first)
+            measured = [(u, m) for u, m in measured if m.workload_class not in new]
         if measured:
             self._held.append((now, measured))
         self._release(now)

@@ -159,6 +159,10 @@ class FootprintLearner:
             self._classes.popitem(last=False)
             self.dropped += 1
 
+    def knows(self, workload_class: str) -> bool:
+        """Whether the class has been measured (and not dropped since)."""
+        return workload_class in self._classes
+
     def learned(self, workload_class: str) -> ClassFootprint | None:
         entry = self._classes.get(workload_class)
         if entry is None:

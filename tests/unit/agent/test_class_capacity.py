@@ -138,7 +138,8 @@ def test_a_pods_last_readings_before_the_watch_says_it_ended_are_not_learned_fro
     read(0.0, {"a": 0.0, "b": 0.0})  # the baseline
     for i in range(1, 9):  # both pods use a core for 4 s, 0.5 s apart
         read(i * 0.5, {"a": 1.0, "b": 1.0})
-    # held for 2 s: the readings up to t = 2.0 are learned from at t = 4.0
+    # the class's first reading (t = 0.5) at once, the next ones held 2 s: the readings up to
+    # t = 2.0 are learned from by t = 4.0
     assert cc.measurements == 2 * 4
     assert cc.learner.learned(BPI.name).footprint.cpu == pytest.approx(1.0)  # type: ignore[union-attr]
     # "a" exits at t = 4.0; its readings show it idle until the watch says it ended at 5.5 (the
