@@ -17,7 +17,7 @@ passed in. Neighbours: ``capacity`` (keeps the reports and reservations), ``deci
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,6 +34,9 @@ from carico.pods import Requests
 
 # Seconds between recomputations of the fleet's class medians (every report could change them).
 FLEET_EVERY = 1.0
+# A recomputed fleet view replaces the last one when a median moved by more than this fraction
+# of itself: the dead band the agents' report gate gives a class's footprint (2 %), halved.
+FLEET_MOVED = 0.01
 # The most classes the fleet view keeps (those learned on the most nodes).
 MAX_FLEET_CLASSES = 1024
 # A pod that costs nothing on any feature fits this many times (a number, not infinity).
@@ -93,28 +96,32 @@ def _short(x: float) -> str:
     return f"{x:.3g}"
 
 
-def fit_count(free: np.ndarray, need: np.ndarray) -> float:
+def fit_count(free: Sequence[float], need: Sequence[float]) -> float:
     """Pods' worth of room of cost ``need`` in ``free`` (per feature); 0 when a feature is full.
+    Plain floats: with two to four features numpy's per-call cost is most of the work.
 
-    >>> fit_count(np.array([0.25, 0.5]), np.array([0.125, 0.0625]))
+    >>> fit_count([0.25, 0.5], [0.125, 0.0625])
     2.0
-    >>> fit_count(np.array([0.3, 0.0]), np.array([0.1, 0.0]))  # full on the second feature
+    >>> fit_count([0.3, 0.0], [0.1, 0.0])  # full on the second feature
     0.0
     """
-    if np.any(free <= 0.0):
+    if any(f <= 0.0 for f in free):
         return 0.0
-    used = need > _EPS
-    if not used.any():
+    ratios = [f / n for f, n in zip(free, need, strict=True) if n > _EPS]
+    if not ratios:
         return MAX_FIT
-    return float(min(np.min(free[used] / need[used]), MAX_FIT))
+    return float(min(min(ratios), MAX_FIT))
 
 
 class FleetView:
-    """The fleet's class medians, recomputed from the reports at most every FLEET_EVERY s."""
+    """The fleet's class medians, recomputed from the reports at most every FLEET_EVERY s, and
+    replaced only when they moved by more than FLEET_MOVED (or a class came or went): every fit
+    the table remembers rests on them, and agents' learned footprints move a little with every
+    report (docs/architecture.md#decisions)."""
 
     def __init__(self) -> None:
         self.summary: FleetSummary = EMPTY_FLEET
-        self.generation = 0  # bumped whenever ``summary`` is recomputed
+        self.generation = 0  # bumped whenever ``summary`` is replaced
         self._at = -math.inf
         self._dirty = False
 
@@ -127,12 +134,48 @@ class FleetView:
 
     def get(self, now: float, nodes: Iterable[NodeClasses]) -> FleetSummary:
         if self._dirty and now - self._at >= FLEET_EVERY:
-            self.summary = fleet_summary(
+            summary = fleet_summary(
                 (c for n in nodes for c in n.classes.values()), MAX_FLEET_CLASSES
             )
             self._at, self._dirty = now, False
-            self.generation += 1
+            if fleet_moved(self.summary, summary):
+                self.summary = summary
+                self.generation += 1
         return self.summary
+
+
+def _moved(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return abs(a - b) > FLEET_MOVED * max(abs(a), abs(b))
+
+
+def _footprint_moved(a: Footprint | None, b: Footprint | None) -> bool:
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return _moved(a.cpu, b.cpu) or _moved(a.memory, b.memory)
+
+
+def fleet_moved(old: FleetSummary, new: FleetSummary) -> bool:
+    """Whether ``new`` differs from ``old`` by more than FLEET_MOVED anywhere: a class median,
+    a measured-to-requested ratio or the typical pod; or a class came or went.
+
+    >>> a = FleetSummary.of({"x": Footprint(1.0, 1e9)}, 0.5)
+    >>> fleet_moved(a, FleetSummary.of({"x": Footprint(1.005, 1e9)}, 0.5))
+    False
+    >>> fleet_moved(a, FleetSummary.of({"x": Footprint(1.02, 1e9)}, 0.5))
+    True
+    >>> fleet_moved(a, FleetSummary.of({"x": Footprint(1.0, 1e9), "y": Footprint(1.0, 1e9)}, 0.5))
+    True
+    """
+    if old.classes.keys() != new.classes.keys():
+        return True
+    return (
+        _moved(old.cpu_ratio, new.cpu_ratio)
+        or _moved(old.memory_ratio, new.memory_ratio)
+        or _footprint_moved(old.typical, new.typical)
+        or any(_footprint_moved(f, new.classes[name]) for name, f in old.classes.items())
+    )
 
 
 # Where a footprint is measured (on this node, or the fleet's median of nodes that measured it);
@@ -178,14 +221,21 @@ def node_fit(
             class_in_flight += n
         held_cost = resolve(name, req, node.classes.get(name), fleet, node.default)
         held = held.plus(held_cost.footprint.scaled(n))
-    free = node.headroom - node.scale @ np.array([held.cpu, held.memory])
-    need = node.scale @ np.array([cost.footprint.cpu, cost.footprint.memory])
+    held_cpu, held_memory = held.cpu, held.memory
+    cpu, memory = cost.footprint.cpu, cost.footprint.memory
+    scale = node.scale.tolist()
+    free = [
+        h - (per_core * held_cpu + per_byte * held_memory)
+        for h, (per_core, per_byte) in zip(node.headroom.tolist(), scale, strict=True)
+    ]
+    need = [per_core * cpu + per_byte * memory for per_core, per_byte in scale]
     room = fit_count(free, need)
     # Pods that fit: a pod counts when more than half of it fits, except on an incompressible
     # feature, where it must fit whole.
     count = math.ceil(room - 0.5)
-    hard = [i for i, name in enumerate(node.feature_names) if name in INCOMPRESSIBLE]
-    hard = [i for i in hard if need[i] > _EPS]
+    hard = [
+        i for i, name in enumerate(node.feature_names) if name in INCOMPRESSIBLE and need[i] > _EPS
+    ]
     if hard:
         # a thousandth of a pod of slack: footprints are estimates, and an exact fit computed in
         # floating point must not round down to one pod less
@@ -195,11 +245,13 @@ def node_fit(
         # An idle node takes one pod of any size while at least half its full level is free on
         # every feature the pod needs: a pod whose demand exceeds the node runs slower there, but
         # it must run somewhere (a node full of load no pod explains is not idle).
-        used = need > _EPS
-        roomy = bool(np.all(free > 0.0)) and bool(np.all(free[used] >= 0.5 * node.full_level))
+        half = 0.5 * node.full_level
+        roomy = all(f > 0.0 for f in free) and all(
+            f >= half for f, n in zip(free, need, strict=True) if n > _EPS
+        )
         count = 1 if roomy else 0
     if cost.source not in MEASURED:
         if probing is None:
             probing = class_in_flight + node.pods.get(workload_class, 0)
         count = max(min(count, PROBE_PODS - probing), 0)
-    return Fit(room, cost, tuple(float(x) for x in need), tuple(float(x) for x in free), count)
+    return Fit(room, cost, tuple(need), tuple(free), count)

@@ -79,25 +79,18 @@ class InFlight:
         return out
 
     def hold(
-        self,
-        pod: str,
-        passed: Iterable[str],
-        count: Callable[[str], float | None],
-        threshold: float,
-        now: float,
+        self, pod: str, counted: Iterable[tuple[str, float]], threshold: float, now: float
     ) -> int:
-        """``pod`` passed these nodes, with ``count`` pods of its class fitting on each: hold
-        those with little room left. Replaces the pod's earlier hold. Returns the nodes held."""
+        """``pod`` passed the ``counted`` nodes, with that many pods of its class fitting on
+        each (nodes with much room may be left out): hold those with little room left.
+        Replaces the pod's earlier hold. Returns the nodes held."""
         self.release(pod)
         held = self._held
         limit = threshold + self.margin
         nodes = []
-        for node in passed:
-            c = count(node)
-            if c is None:
-                continue
+        for node, count in counted:
             others = held.get(node)
-            if c - (len(others) if others else 0) < limit:
+            if count - (len(others) if others else 0) < limit:
                 nodes.append(node)
         if nodes:
             self._holds[pod] = _Hold(tuple(nodes), now + self.ttl)

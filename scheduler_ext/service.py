@@ -371,10 +371,26 @@ class ExtenderService:
         )
 
     def _hold(self, facts: PodFacts, d: FilterDecision, now: float) -> None:
-        if self.in_flight.hold(
-            facts.key, d.passed, self._counts(d), self.table.thresholds.threshold, now
-        ):
+        threshold = self.table.thresholds.threshold
+        if self.in_flight.hold(facts.key, self._little_room(d, threshold), threshold, now):
             self.metrics.in_flight_holds.inc()
+
+    def _little_room(self, d: FilterDecision, threshold: float) -> list[tuple[str, float]]:
+        """The passed nodes with room for fewer than the hold margin's pods beyond the
+        threshold, with their counts (the others cannot be held: holds only lower a count)."""
+        limit = threshold + self.in_flight.margin
+        free, fits, failed = self.table.free, d.fits, d.failed
+        if fits is None:
+            return [(n, c) for n in d.passed if (c := free.get(n)) is not None and c < limit]
+        # a per-class filter remembered the fit of every fresh node it decided by class
+        out = [(n, float(f.count)) for n, f in fits.items() if f.count < limit and n not in failed]
+        if len(fits) < len(d.passed) + len(failed):  # some passed nodes were not decided by class
+            out += [
+                (n, c)
+                for n in d.passed
+                if n not in fits and (c := free.get(n)) is not None and c < limit
+            ]
+        return out
 
     def _holds_changed(self) -> None:
         """Wake the filters waiting for pods in flight."""

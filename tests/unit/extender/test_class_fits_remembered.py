@@ -93,3 +93,23 @@ def test_a_fit_is_remembered_until_its_node_or_the_fleet_changes() -> None:
                 assert again(node) == table.fit(node, *klass, now), (step, action, node)
                 if node != touched and action != "new class":
                     assert again(node) is before[node], (step, action, node)
+
+
+def test_a_fleet_median_that_barely_moved_keeps_the_remembered_fits() -> None:
+    """n1 has not learned web: its cost there is the fleet's median, n0's. Agents' footprints
+    move a little with every report; the fleet's view is replaced (and every fit computed again)
+    only when a median moved by more than FLEET_MOVED."""
+    table = CapacityTable(Thresholds(stale_after=1e9))
+    table.ingest(per_class_report("n0", 1, 0.5, {WEB[0]: 1.0}), "n0", 0.0)
+    table.ingest(per_class_report("n1", 1, 0.5, {"shop/Job/other": 0.2}), "n1", 0.0)
+    first = table.class_fits(*WEB, 0.0)("n1")
+    assert first is not None and first.cost.source == "fleet"
+    assert first.cost.footprint.cpu == 1.0
+    generation = table.fleet.generation
+    table.ingest(per_class_report("n0", 2, 0.5, {WEB[0]: 1.005}), "n0", 2.0)  # 0.5 %
+    assert table.class_fits(*WEB, 4.0)("n1") is first
+    assert table.fleet.generation == generation
+    table.ingest(per_class_report("n0", 3, 0.5, {WEB[0]: 1.05}), "n0", 6.0)  # 5 %
+    moved = table.class_fits(*WEB, 8.0)("n1")
+    assert moved is not None and moved.cost.footprint.cpu == 1.05
+    assert table.fleet.generation == generation + 1

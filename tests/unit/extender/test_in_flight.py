@@ -16,11 +16,14 @@ def count(node: str) -> float | None:
     return COUNTS.get(node)
 
 
+def counted(nodes: list[str]) -> list[tuple[str, float]]:
+    return [(n, COUNTS[n]) for n in nodes]
+
+
 def test_a_pod_holds_only_the_passed_nodes_with_little_room() -> None:
     flight = InFlight(ttl=1.0, margin=4)
-    # threshold 1: nodes with room for fewer than 1 + 4 pods are held; a node passed without
-    # data (None) is not
-    held = flight.hold("ns/a", ["one", "two", "roomy", "unknown"], count, 1.0, now=0.0)
+    # threshold 1: nodes with room for fewer than 1 + 4 pods are held
+    held = flight.hold("ns/a", counted(["one", "two", "roomy"]), 1.0, now=0.0)
     assert held == 2
     assert flight.holders("one") == flight.holders("two") == {"ns/a"}
     assert flight.holders("roomy") == frozenset()
@@ -28,21 +31,21 @@ def test_a_pod_holds_only_the_passed_nodes_with_little_room() -> None:
 
 def test_a_later_pod_conflicts_where_the_holders_would_leave_too_little() -> None:
     flight = InFlight()
-    flight.hold("ns/a", ["one", "two"], count, 1.0, now=0.0)
+    flight.hold("ns/a", counted(["one", "two"]), 1.0, now=0.0)
     # "one": 1 - 1 holder < 1; "two": 2 - 1 = 1 still fits; a pod's own hold is no conflict
     assert flight.conflicts("ns/b", ["one", "two", "roomy"], count, 1.0) == {
         "one": frozenset({"ns/a"})
     }
     assert flight.conflicts("ns/a", ["one", "two"], count, 1.0) == {}
     # a second pod in flight on "two" (its count there already less the first holder)
-    flight.hold("ns/b", ["two"], count, 1.0, now=0.0)
+    flight.hold("ns/b", counted(["two"]), 1.0, now=0.0)
     assert flight.conflicts("ns/c", ["two"], count, 1.0) == {"two": frozenset({"ns/a", "ns/b"})}
 
 
 def test_holds_end_by_release_and_by_ttl() -> None:
     flight = InFlight(ttl=1.0)
-    flight.hold("ns/a", ["one"], count, 1.0, now=0.0)
-    flight.hold("ns/b", ["one", "two"], count, 1.0, now=0.5)
+    flight.hold("ns/a", counted(["one"]), 1.0, now=0.0)
+    flight.hold("ns/b", counted(["one", "two"]), 1.0, now=0.5)
     assert flight.next_expiry(["ns/a", "ns/b"]) == 1.0
     assert flight.release("ns/a") and not flight.release("ns/a")
     assert flight.holders("one") == {"ns/b"}
@@ -54,8 +57,8 @@ def test_holds_end_by_release_and_by_ttl() -> None:
 
 def test_holding_again_replaces_the_pods_earlier_hold() -> None:
     flight = InFlight()
-    flight.hold("ns/a", ["one"], count, 1.0, now=0.0)
-    flight.hold("ns/a", ["two"], count, 1.0, now=0.0)
+    flight.hold("ns/a", counted(["one"]), 1.0, now=0.0)
+    flight.hold("ns/a", counted(["two"]), 1.0, now=0.0)
     assert flight.holders("one") == frozenset() and flight.holders("two") == {"ns/a"}
 
 
