@@ -354,21 +354,9 @@ class ExtenderService:
         d = self.decider.filter(facts, cands, now)
         return d, d.exempt is None and bool(d.passed)
 
-    def _counts(self, d: FilterDecision) -> Callable[[str], float | None]:
-        """Per passed node, the pods of the filtered pod's class that fit there (per class), or
-        avail − reserved (pod-units); None for a node passed without data."""
-        fits, free = d.fits or {}, self.table.free
-
-        def count(node: str) -> float | None:
-            fit = fits.get(node)
-            return float(fit.count) if fit is not None else free.get(node)
-
-        return count
-
     def _in_flight_conflicts(self, facts: PodFacts, d: FilterDecision) -> dict[str, frozenset[str]]:
-        return self.in_flight.conflicts(
-            facts.key, d.passed, self._counts(d), self.table.thresholds.threshold
-        )
+        threshold = self.table.thresholds.threshold
+        return self.in_flight.conflicts(facts.key, self._little_room(d, threshold), threshold)
 
     def _hold(self, facts: PodFacts, d: FilterDecision, now: float) -> None:
         threshold = self.table.thresholds.threshold
@@ -377,7 +365,9 @@ class ExtenderService:
 
     def _little_room(self, d: FilterDecision, threshold: float) -> list[tuple[str, float]]:
         """The passed nodes with room for fewer than the hold margin's pods beyond the
-        threshold, with their counts (the others cannot be held: holds only lower a count)."""
+        threshold, with their counts: the pods of the filtered pod's class that fit there (per
+        class) or avail − reserved (pod-units). Only these can be held, or conflict (a node is
+        held by at most about the margin's pods)."""
         limit = threshold + self.in_flight.margin
         free, fits, failed = self.table.free, d.fits, d.failed
         if fits is None:

@@ -12,10 +12,6 @@ from scheduler_ext.in_flight import InFlight
 COUNTS = {"full": 0.0, "one": 1.0, "two": 2.0, "roomy": 9.0}
 
 
-def count(node: str) -> float | None:
-    return COUNTS.get(node)
-
-
 def counted(nodes: list[str]) -> list[tuple[str, float]]:
     return [(n, COUNTS[n]) for n in nodes]
 
@@ -33,13 +29,13 @@ def test_a_later_pod_conflicts_where_the_holders_would_leave_too_little() -> Non
     flight = InFlight()
     flight.hold("ns/a", counted(["one", "two"]), 1.0, now=0.0)
     # "one": 1 - 1 holder < 1; "two": 2 - 1 = 1 still fits; a pod's own hold is no conflict
-    assert flight.conflicts("ns/b", ["one", "two", "roomy"], count, 1.0) == {
+    assert flight.conflicts("ns/b", counted(["one", "two", "roomy"]), 1.0) == {
         "one": frozenset({"ns/a"})
     }
-    assert flight.conflicts("ns/a", ["one", "two"], count, 1.0) == {}
+    assert flight.conflicts("ns/a", counted(["one", "two"]), 1.0) == {}
     # a second pod in flight on "two" (its count there already less the first holder)
     flight.hold("ns/b", counted(["two"]), 1.0, now=0.0)
-    assert flight.conflicts("ns/c", ["two"], count, 1.0) == {"two": frozenset({"ns/a", "ns/b"})}
+    assert flight.conflicts("ns/c", counted(["two"]), 1.0) == {"two": frozenset({"ns/a", "ns/b"})}
 
 
 def test_holds_end_by_release_and_by_ttl() -> None:
