@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from agent.class_capacity import CapacityView
 from agent.pipeline import CapacityReport
-from carico.footprint import Footprint
+from carico.footprint import footprint_moved
 
-# Off by default (every report goes out) until the real node's burst is understood: it admitted one
-# pod past the node's capacity in 1 of 3 runs with 3 s and in 1 of 6 without
-# (docs/architecture.md#report-cadence).
+# Off by default (every report goes out) until the real node's burst has been measured with it
+# again: its runs with 3 s failed by the over-admission since traced to pods in flight and to the
+# agent's idle-tail readings, both fixed (docs/architecture.md#report-cadence).
 DEFAULT_KEEPALIVE_S = 0.0
 
 
@@ -40,13 +40,6 @@ def _moved(a: float, b: float, delta: float) -> bool:
     if math.isnan(a) or math.isnan(b):
         return math.isnan(a) != math.isnan(b)
     return abs(a - b) >= delta
-
-
-def _footprint_moved(a: Footprint, b: Footprint, rel: float) -> bool:
-    return any(
-        _moved(x, y, rel * max(abs(x), abs(y), 1e-12))
-        for x, y in ((a.cpu, b.cpu), (a.memory, b.memory))
-    )
 
 
 def _classes_changed(a: CapacityView | None, b: CapacityView | None, c: GateConfig) -> str:
@@ -70,9 +63,9 @@ def _classes_changed(a: CapacityView | None, b: CapacityView | None, c: GateConf
         before = old.get(r.footprint.name)
         if before is None or before.pods != r.pods or before.footprint.source != r.footprint.source:
             return "classes"
-        if _footprint_moved(before.footprint.footprint, r.footprint.footprint, c.footprint_rel):
+        if footprint_moved(before.footprint.footprint, r.footprint.footprint, c.footprint_rel):
             return "footprint"
-    if _footprint_moved(a.default.footprint, b.default.footprint, c.footprint_rel):
+    if footprint_moved(a.default.footprint, b.default.footprint, c.footprint_rel):
         return "footprint"
     return ""
 

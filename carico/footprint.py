@@ -52,6 +52,24 @@ class Footprint:
 ZERO = Footprint(0.0, 0.0)
 
 
+def value_moved(a: float, b: float, rel: float) -> bool:
+    """Whether ``a`` and ``b`` differ by at least ``rel`` of the larger of them (NaN and a number
+    differ; two NaNs do not).
+
+    >>> value_moved(1.0, 1.03, 0.02), value_moved(1.0, 1.01, 0.02), value_moved(0.0, 0.0, 0.02)
+    (True, False, False)
+    """
+    if math.isnan(a) or math.isnan(b):
+        return math.isnan(a) != math.isnan(b)
+    return abs(a - b) >= rel * max(abs(a), abs(b), 1e-12)
+
+
+def footprint_moved(a: Footprint, b: Footprint, rel: float) -> bool:
+    """Whether the CPU or the memory of two footprints differ by ``rel`` of themselves: the dead
+    band of the agents' report gate and of the extender's fleet view alike."""
+    return value_moved(a.cpu, b.cpu, rel) or value_moved(a.memory, b.memory, rel)
+
+
 @dataclass(frozen=True, slots=True)
 class ClassFootprint:
     """A class's footprint with where it comes from and what it was learned from."""

@@ -28,13 +28,15 @@ from carico.footprint import (
     FleetSummary,
     Footprint,
     fleet_summary,
+    footprint_moved,
     resolve,
+    value_moved,
 )
 from carico.pods import Requests
 
 # Seconds between recomputations of the fleet's class medians (every report could change them).
 FLEET_EVERY = 1.0
-# A recomputed fleet view replaces the last one when a median moved by more than this fraction
+# A recomputed fleet view replaces the last one when a median moved by this fraction or more
 # of itself: the dead band the agents' report gate gives a class's footprint (2 %), halved.
 FLEET_MOVED = 0.01
 # The most classes the fleet view keeps (those learned on the most nodes).
@@ -115,7 +117,7 @@ def fit_count(free: Sequence[float], need: Sequence[float]) -> float:
 
 class FleetView:
     """The fleet's class medians, recomputed from the reports at most every FLEET_EVERY s, and
-    replaced only when they moved by more than FLEET_MOVED (or a class came or went): every fit
+    replaced only when they moved by FLEET_MOVED or more (or a class came or went): every fit
     the table remembers rests on them, and agents' learned footprints move a little with every
     report (docs/architecture.md#decisions)."""
 
@@ -147,17 +149,17 @@ class FleetView:
 def _moved(a: float | None, b: float | None) -> bool:
     if a is None or b is None:
         return (a is None) != (b is None)
-    return abs(a - b) > FLEET_MOVED * max(abs(a), abs(b))
+    return value_moved(a, b, FLEET_MOVED)
 
 
 def _footprint_moved(a: Footprint | None, b: Footprint | None) -> bool:
     if a is None or b is None:
         return (a is None) != (b is None)
-    return _moved(a.cpu, b.cpu) or _moved(a.memory, b.memory)
+    return footprint_moved(a, b, FLEET_MOVED)
 
 
 def fleet_moved(old: FleetSummary, new: FleetSummary) -> bool:
-    """Whether ``new`` differs from ``old`` by more than FLEET_MOVED anywhere: a class median,
+    """Whether ``new`` differs from ``old`` by FLEET_MOVED or more anywhere: a class median,
     a measured-to-requested ratio or the typical pod; or a class came or went.
 
     >>> a = FleetSummary.of({"x": Footprint(1.0, 1e9)}, 0.5)

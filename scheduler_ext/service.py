@@ -402,7 +402,7 @@ class ExtenderService:
         longest wait (new holders kept coming) fails, with the pods that hold it."""
         waited = "bound"
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.in_flight.ttl  # real time: the wait is
+        deadline = loop.time() + self.in_flight.ttl  # by the loop's clock, which the wait runs on
         while True:
             until = self.in_flight.next_expiry(set().union(*conflicts.values()))
             if until is not None:
