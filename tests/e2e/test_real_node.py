@@ -433,8 +433,12 @@ def _capacity(report: dict[str, Any], klass: str) -> float:
     footprint = _classes(report).get(klass)
     if not footprint or footprint["cpu_cores"] <= 0:
         return float("inf")
-    cost = footprint["cpu_cores"] / (2 * report["classes"]["cores"])
-    return float(int(FULL_LEVEL / cost + 0.5 - 1e-9))
+    return _pods_held(footprint["cpu_cores"] / (2 * report["classes"]["cores"]))
+
+
+def _pods_held(cost: float) -> float:
+    """The pods of cpu feature ``cost`` the full level holds, rounded as the extender rounds."""
+    return float(int(FULL_LEVEL / cost + 0.5 - 1e-9)) if cost > 0 else math.inf
 
 
 def _job(name: str, scheduler: str) -> dict[str, Any]:
@@ -617,31 +621,39 @@ class Bind:
     capacity: float  # the class's pods the full level holds at that cost (as _capacity)
 
 
-def _binds(release: CaricoRelease, node: RealNode, burst: Burst, job: str) -> list[Bind]:
+def _scheduler_log(release: CaricoRelease, node: RealNode) -> list[str]:
+    """The lines of the scheduler pods' logs: the extender's and kube-scheduler's (one pod)."""
+    return [
+        line
+        for pod in release.pods("scheduler")
+        for line in node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
+    ]
+
+
+def _binds(log: list[str], burst: Burst, job: str) -> list[Bind]:
     """The extender's binds of the burst's pods, from its log."""
     out = []
-    for pod in release.pods("scheduler"):
-        for line in node.pod_log(NAMESPACE, pod.metadata.name).splitlines():
-            if '"decision": "bind"' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if not entry.get("pod", "").split("/")[-1].startswith(job):
-                continue
-            cost, need = entry.get("cost") or {}, (entry.get("need") or {}).get("cpu", 0.0)
-            out.append(
-                Bind(
-                    entry["ts"] - burst.submitted_wall,
-                    entry["pod"].split("/")[-1],
-                    entry.get("room"),
-                    entry.get("reserved", 0),
-                    cost.get("cpu_cores", math.nan),
-                    cost.get("source", ""),
-                    float(int(FULL_LEVEL / need + 0.5 - 1e-9)) if need > 0 else math.inf,
-                )
+    for line in log:
+        if '"decision": "bind"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not entry.get("pod", "").split("/")[-1].startswith(job):
+            continue
+        cost, need = entry.get("cost") or {}, (entry.get("need") or {}).get("cpu", 0.0)
+        out.append(
+            Bind(
+                entry["ts"] - burst.submitted_wall,
+                entry["pod"].split("/")[-1],
+                entry.get("room"),
+                entry.get("reserved", 0),
+                cost.get("cpu_cores", math.nan),
+                cost.get("source", ""),
+                _pods_held(need),
             )
+        )
     return sorted(out, key=lambda b: b.at)
 
 
@@ -690,7 +702,8 @@ def test_a_burst_through_carico_against_default_scheduler(
     # every 0.25 s). Pods admitted on one estimate stay when the class's learned cost later rises
     # a little, so the check is made at each admission, not at every look.
     admissions = carico.admissions()
-    binds = _binds(release, real_node, carico, "bpi-carico")
+    scheduler_log = _scheduler_log(release, real_node)
+    binds = _binds(scheduler_log, carico, "bpi-carico")
     print("  carico binds (s, pod, room, reserved, charged cpu cores, its source, capacity):")
     for b in binds:
         print(
@@ -705,9 +718,8 @@ def test_a_burst_through_carico_against_default_scheduler(
     # (docs/architecture.md#pods-in-flight; every run had 2-3 such binds before the holds).
     assert sorted(b.pod for b in binds) == sorted(carico.bound), binds
     skipped = [
-        line
-        for pod in release.pods("scheduler")  # kube-scheduler runs in the extender's pod
-        for line in real_node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
+        line  # kube-scheduler runs in the extender's pod
+        for line in scheduler_log
         if "Skipping extender in bind" in line and "bpi-carico" in line
     ]
     assert skipped == [], skipped
