@@ -370,8 +370,15 @@ def test_restart_rebuilds_the_ledger_from_the_api(
         core.create_namespaced_pod(namespace, _pod(name, HOLD))
     ext.start()
     # Ready means rebuilt from the API: the 3 bound Pending pods are reserved again, where they are.
-    rebuilt = {name: row["reserved"] for name, row in ext.nodes().items()}
-    assert {n: c for n, c in rebuilt.items() if c} == dict(before)
+    # The restarted extender may already have bound the one more pod that fits (a report can
+    # arrive, and a waiting pod be retried, before the ledger is read): its reservation is made
+    # before its binding is posted, so it shows in the placement read just after, if not before.
+    rebuilt = collections.Counter(
+        {name: row["reserved"] for name, row in ext.nodes().items() if row["reserved"]}
+    )
+    bound_after = _placement(core, namespace)
+    assert before <= rebuilt <= bound_after, (before, rebuilt, bound_after)
+    assert rebuilt.total() - before.total() <= 1, rebuilt  # 4 free places, 3 taken before
     # The agents reconnect to the restarted extender and report the same room. The rebuilt
     # reservations carry no class cost (no report had come when they were rebuilt): each is
     # charged the fleet's typical pod, which is this class's (the anchor's) footprint.
