@@ -227,6 +227,57 @@ class Thresholds:
 DEFAULT_MAX_NODES = 10_000
 
 
+@dataclass(slots=True)
+class ClassFits:
+    """One class's remembered fits (``CapacityTable.class_view``), an entry per table slot: the
+    vectorised per-class filter and prioritize read a candidate's verdict from these arrays and
+    compute afresh only the fits whose node moved on (docs/architecture.md#decisions).
+    Written only by the thread that decides; the arrays grow with the table's."""
+
+    fleet_gen: int
+    gen: np.ndarray  # int64: the node's generation the fit was computed at (-1: not computed)
+    has: np.ndarray  # bool: the node reports per-class data (a Fit exists)
+    count: np.ndarray  # float: the pods of the class that fit (Fit.count)
+    room: np.ndarray  # float: the pods' worth of free room (Fit.room)
+    fit: np.ndarray  # object: the Fit, or None
+    reason: np.ndarray  # object: why the node fails for the class, once asked (None: not yet)
+
+    @classmethod
+    def empty(cls, fleet_gen: int, size: int) -> ClassFits:
+        return cls(
+            fleet_gen,
+            np.full(size, -1, dtype=np.int64),
+            np.zeros(size, dtype=bool),
+            np.zeros(size),
+            np.zeros(size),
+            np.full(size, None, dtype=object),
+            np.full(size, None, dtype=object),
+        )
+
+    def grow(self, size: int) -> None:
+        """Room for ``size`` slots (the table's arrays grew)."""
+        more = size - len(self.gen)
+        if more <= 0:
+            return
+        self.gen = np.concatenate([self.gen, np.full(more, -1, dtype=np.int64)])
+        self.has = np.concatenate([self.has, np.zeros(more, dtype=bool)])
+        self.count = np.concatenate([self.count, np.zeros(more)])
+        self.room = np.concatenate([self.room, np.zeros(more)])
+        self.fit = np.concatenate([self.fit, np.full(more, None, dtype=object)])
+        self.reason = np.concatenate([self.reason, np.full(more, None, dtype=object)])
+
+    def store(self, slot: int, gen: int, fit: Fit | None) -> None:
+        self.gen[slot] = gen
+        self.fit[slot] = fit
+        self.reason[slot] = None
+        if fit is None:
+            self.has[slot] = False
+        else:
+            self.has[slot] = True
+            self.count[slot] = fit.count
+            self.room[slot] = fit.room
+
+
 class CapacityTable:
     def __init__(
         self, thresholds: Thresholds = Thresholds(), max_nodes: int = DEFAULT_MAX_NODES
@@ -244,12 +295,10 @@ class CapacityTable:
         # the rest of the node's count.
         self._reserved_classes: dict[str, dict[tuple[str, Requests], int]] = {}
         self.fleet = FleetView()
-        # class_fits: per (class, requests), the fleet generation it was computed at and per node
-        # (the node's generation, its fit); the node's generation moves with every _recompute.
-        self._fits: OrderedDict[
-            tuple[str, Requests], tuple[int, dict[str, tuple[int, Fit | None]]]
-        ] = OrderedDict()
-        self._node_gen: dict[str, int] = {}
+        # class_view: per (class, requests), its fits per slot (ClassFits); a node's generation
+        # (gen_arr, by slot) moves with every _recompute, and a fit is good while its
+        # generation and the fleet's are those it was computed at.
+        self._fits: OrderedDict[tuple[str, Requests], ClassFits] = OrderedDict()
         self._generations = 0
         self.class_nodes: set[str] = set()  # nodes whose last report has per-class data
         # A packing score shape holds an unmeasured class's probe cluster-wide (fleet_probing).
@@ -269,6 +318,7 @@ class CapacityTable:
         self.free_arr = np.zeros(INITIAL_SLOTS)
         self.failing_arr = np.zeros(INITIAL_SLOTS, dtype=bool)
         self.received_arr = np.full(INITIAL_SLOTS, -np.inf)
+        self.gen_arr = np.zeros(INITIAL_SLOTS, dtype=np.int64)
 
     # -- reports ---------------------------------------------------------------------------
 
@@ -347,8 +397,6 @@ class CapacityTable:
                 self._streams.pop(node, None)
                 self._received.pop(node, None)
                 self._recompute(node)
-                if node not in self._tracked:
-                    self._node_gen.pop(node, None)
                 slot = self.slot.pop(node)
                 self.slots_version += 1
                 self.received_arr[slot] = -np.inf
@@ -421,36 +469,64 @@ class CapacityTable:
             slots = self._reserved.get(node, 0) - sum(held.values())
         return node_fit(report.classes, workload_class, requests, held, slots, fleet, probing)
 
+    def class_view(self, workload_class: str, requests: Requests, now: float) -> ClassFits:
+        """The class's remembered fits, sized to the table's slots; all of them forgotten when
+        the fleet's summary changed (it is recomputed here when due)."""
+        self.fleet_summary(now)  # recomputes (and bumps the fleet's generation) when due
+        fleet_gen = self.fleet.generation
+        key = (workload_class, requests)
+        view = self._fits.get(key)
+        size = len(self.gen_arr)
+        if view is None or view.fleet_gen != fleet_gen:
+            view = ClassFits.empty(fleet_gen, size)
+            self._fits[key] = view
+            while len(self._fits) > FIT_CACHE_CLASSES:
+                self._fits.popitem(last=False)
+        else:
+            self._fits.move_to_end(key)
+            view.grow(size)
+        return view
+
+    def refresh_fits(
+        self,
+        view: ClassFits,
+        workload_class: str,
+        requests: Requests,
+        now: float,
+        names: list[str],
+        slots: np.ndarray,
+        asked: np.ndarray,
+    ) -> None:
+        """Compute afresh the fits of the candidates ``asked`` (a mask over ``names``, whose table
+        slots are ``slots``) whose node moved on since they were remembered."""
+        gens = self.gen_arr[slots]  # read before the fits: a report meanwhile invalidates them
+        for i in np.flatnonzero(asked & (view.gen[slots] != gens)).tolist():
+            view.store(
+                int(slots[i]), int(gens[i]), self.fit(names[i], workload_class, requests, now)
+            )
+
     def class_fits(
         self, workload_class: str, requests: Requests, now: float
     ) -> Callable[[str], Fit | None]:
         """A node's ``fit`` for the class without a cluster-wide probe, remembered until the
         node's report, its reservations or the fleet's summary change: a filter and a prioritize
         ask it of every candidate, and a burst asks the same of each node many times between two
-        of its reports (docs/architecture.md#decisions). A fit costs about 20 µs to compute."""
-        self.fleet_summary(now)  # recomputes (and bumps the fleet's generation) when due
-        fleet_gen = self.fleet.generation
-        key = (workload_class, requests)
-        known = self._fits.get(key)
-        if known is None or known[0] != fleet_gen:
-            known = (fleet_gen, {})
-            self._fits[key] = known
-            while len(self._fits) > FIT_CACHE_CLASSES:
-                self._fits.popitem(last=False)
-        else:
-            self._fits.move_to_end(key)
-        fits = known[1]
-        node_gen = self._node_gen
+        of its reports (docs/architecture.md#decisions). A fit costs about 10 µs to compute."""
+        view = self.class_view(workload_class, requests, now)
+        slot_of = self.slot
 
         def lookup(node: str) -> Fit | None:
-            gen = node_gen.get(node, 0)  # read before the fit: a report meanwhile invalidates it
-            hit = fits.get(node)
-            if hit is not None and hit[0] == gen:
-                return hit[1]
+            slot = slot_of.get(node)
+            if slot is None:  # no report: no per-class data
+                return self.fit(node, workload_class, requests, now)
+            gen = int(self.gen_arr[slot])  # read before the fit (see refresh_fits)
+            if slot >= len(view.gen):
+                view.grow(len(self.gen_arr))
+            elif view.gen[slot] == gen:
+                fit: Fit | None = view.fit[slot]
+                return fit
             fit = self.fit(node, workload_class, requests, now)
-            if len(fits) >= self.max_nodes:
-                fits.clear()  # names of nodes long gone
-            fits[node] = (gen, fit)
+            view.store(slot, gen, fit)
             return fit
 
         return lookup
@@ -496,6 +572,7 @@ class CapacityTable:
                 self.free_arr = np.concatenate([self.free_arr, np.zeros(grow)])
                 self.failing_arr = np.concatenate([self.failing_arr, np.zeros(grow, dtype=bool)])
                 self.received_arr = np.concatenate([self.received_arr, np.full(grow, -np.inf)])
+                self.gen_arr = np.concatenate([self.gen_arr, np.zeros(grow, dtype=np.int64)])
         self.slot[node] = slot
         self.slots_version += 1
         return slot
@@ -504,7 +581,9 @@ class CapacityTable:
         # Whatever a fit of the node rests on changed (its report or its reservations): a
         # generation no fit was remembered at, even for a node forgotten and back.
         self._generations += 1
-        self._node_gen[node] = self._generations
+        slot = self.slot.get(node)
+        if slot is not None:
+            self.gen_arr[slot] = self._generations
         report = self._reports.get(node)
         if report is None:
             self.free.pop(node, None)
@@ -514,7 +593,7 @@ class CapacityTable:
         free = report.avail - reserved
         threshold = self.thresholds.threshold
         self.free[node] = free
-        slot = self.slot[node]
+        assert slot is not None  # a node with a report has a slot
         self.free_arr[slot] = free
         if free >= threshold:
             self.failing.pop(node, None)

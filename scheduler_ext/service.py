@@ -106,7 +106,7 @@ def _check_pod(facts: PodFacts) -> None:
 
 
 # What one node of a per-class filter's explanation is reckoned to hold until it is asked for:
-# its Fit (shared with the table's remembered fits) and its entry in the decision's dict; its
+# its Fit (shared with the table's remembered fits) and its name in the decision's snapshot; its
 # JSON is about 100 bytes.
 CLASS_SUMMARY_NODE_BYTES = 150
 
@@ -365,22 +365,9 @@ class ExtenderService:
 
     def _little_room(self, d: FilterDecision, threshold: float) -> list[tuple[str, float]]:
         """The passed nodes with room for fewer than the hold margin's pods beyond the
-        threshold, with their counts: the pods of the filtered pod's class that fit there (per
-        class) or avail − reserved (pod-units). Only these can be held, or conflict (a node is
-        held by at most about the margin's pods)."""
-        limit = threshold + self.in_flight.margin
-        free, fits, failed = self.table.free, d.fits, d.failed
-        if fits is None:
-            return [(n, c) for n in d.passed if (c := free.get(n)) is not None and c < limit]
-        # a per-class filter remembered the fit of every fresh node it decided by class
-        out = [(n, float(f.count)) for n, f in fits.items() if f.count < limit and n not in failed]
-        if len(fits) < len(d.passed) + len(failed):  # some passed nodes were not decided by class
-            out += [
-                (n, c)
-                for n in d.passed
-                if n not in fits and (c := free.get(n)) is not None and c < limit
-            ]
-        return out
+        threshold, with their counts. Only these can be held, or conflict (a node is held by at
+        most about the margin's pods)."""
+        return self.decider.little_room(d, threshold + self.in_flight.margin)
 
     def _holds_changed(self) -> None:
         """Wake the filters waiting for pods in flight."""
@@ -481,7 +468,7 @@ class ExtenderService:
                 self.waiting.passed(facts.key)
             elif d.failed or d.unresolvable:  # fail-closed stale data waits for reports too
                 self.waiting.refused(facts, names, now)
-        if d.fits:
+        if d.fits is not None:
             # Encoding the class's cost on some hundred nodes took as long as the filter itself:
             # done only if someone asks.
             fits = d.fits
@@ -489,8 +476,8 @@ class ExtenderService:
                 facts.key,
                 "class",
                 self.wall(),
-                lambda: _class_summary(facts, fits),
-                CLASS_SUMMARY_NODE_BYTES * len(fits),
+                lambda: _class_summary(facts, fits()),
+                CLASS_SUMMARY_NODE_BYTES * len(cands.names),
             )
         self.count_request("filter", "exempt" if d.exempt else "ok")
         if d.exempt is None:
