@@ -78,6 +78,34 @@ class Fit:
     need: tuple[float, ...]  # per feature: one pod's share of the node
     free: tuple[float, ...]  # per feature: headroom minus reservations
     count: int = 0  # the pods that fit (see node_fit)
+    probe_capped: bool = False  # the class's probe, not the room, held the count down
+
+    def filter_reason(self, names: tuple[str, ...], threshold: float) -> str:
+        """Why the node fails for the class, in the words every node failing the same way
+        shares. kube-scheduler counts identical reasons in the pod's condition and events
+        ("0/900 nodes are available: 312 carico: ..."); a reason carrying each node's numbers
+        would list every node there. The numbers are in ``reason`` (bind refusals, the log)
+        and in the filter's explanation (GET /api/v1/explain)."""
+        pods = "a pod" if threshold <= 1.0 else f"{_short(threshold)} pods"
+        if self.probe_capped:
+            return (
+                f"carico: {self.cost.name} is being measured: {PROBE_PODS} unmeasured pods"
+                " at a time per node"
+            )
+        return f"carico: no room for {pods} of {self.cost.name} ({self.limit(names)})"
+
+    def limit(self, names: tuple[str, ...]) -> str:
+        """The feature that holds the count down: the first full one, else the scarcest for
+        the class (``names``: the node's feature names; "?" if they are not known)."""
+        if len(names) != len(self.free) or not names:
+            return "?"
+        full = [n for n, f in zip(names, self.free, strict=True) if f <= 0.0]
+        if full:
+            return f"{full[0]} full"
+        ratios = [
+            (f / x, n) for n, f, x in zip(names, self.free, self.need, strict=True) if x > _EPS
+        ]
+        return min(ratios)[1] if ratios else "?"
 
     def reason(self, names: tuple[str, ...], threshold: float) -> str:
         need = ", ".join(f"{n} {_short(x)}" for n, x in zip(names, self.need, strict=True) if x)
@@ -252,8 +280,11 @@ def node_fit(
             f >= half for f, n in zip(free, need, strict=True) if n > _EPS
         )
         count = 1 if roomy else 0
+    capped = False
     if cost.source not in MEASURED:
         if probing is None:
             probing = class_in_flight + node.pods.get(workload_class, 0)
-        count = max(min(count, PROBE_PODS - probing), 0)
-    return Fit(room, cost, tuple(need), tuple(free), count)
+        probe = max(PROBE_PODS - probing, 0)
+        capped = probe < count
+        count = min(count, probe)
+    return Fit(room, cost, tuple(need), tuple(free), count, capped)

@@ -234,7 +234,7 @@ class Decider:
             if fit.count >= threshold:
                 return None
             report = table.report(name)
-            return fit.reason(
+            return fit.filter_reason(
                 report.classes.feature_names if report and report.classes else (), threshold
             )
 
@@ -317,7 +317,7 @@ class Decider:
         if why is None:
             fit: Fit = view.fit[slot]
             report = self.table.report(name)
-            why = fit.reason(
+            why = fit.filter_reason(
                 report.classes.feature_names if report and report.classes else (), threshold
             )
             view.reason[slot] = why

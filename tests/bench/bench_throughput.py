@@ -118,6 +118,7 @@ class Result:
     create_rate: float = 0.0
     retried: float = 0.0  # attempts that did not schedule (unschedulable or error)
     scheduled: int = 0  # pods bound in the measured phase (all of them unless the budget ended it)
+    api: dict[str, float] = field(default_factory=dict)  # api_load over the measured phase
 
     @property
     def average(self) -> float:
@@ -244,6 +245,22 @@ def _metric(url: str, series: str) -> float:
     return 0.0
 
 
+def api_load(metrics: str) -> dict[str, float]:
+    """From the API server's /metrics: its requests (all verbs but WATCH), and the pod watch
+    events it sent with their bytes (every watcher's, kube-scheduler's and Carico's alike)."""
+    out = {"requests": 0.0, "pod events": 0.0, "pod event bytes": 0.0}
+    pods = 'group="",resource="pods",version="v1"}'
+    for line in metrics.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key.startswith("apiserver_request_total{") and 'verb="WATCH"' not in key:
+            out["requests"] += float(value)
+        elif key.startswith("apiserver_watch_events_total{") and key.endswith(pods):
+            out["pod events"] += float(value)
+        elif key.startswith("apiserver_watch_events_sizes_sum{") and key.endswith(pods):
+            out["pod event bytes"] += float(value)
+    return out
+
+
 async def measure(
     api: Api,
     cp: BenchControlPlane,
@@ -286,6 +303,7 @@ async def measure(
             create_rate = pods / max(1e-9, last - first)
         await watch.start()
         ext_before = await _scrape(api, ext.metrics_url) if ext.metrics_url else ""
+        api_before = api_load(await api.get_url(api.server + "/metrics"))
         cpu_before = {k: cpu_seconds(p) for k, p in procs.items()}
         spy = _profile(ext.pid, profile, config.name)
         cp.restart_scheduler(entries, profiles=(DEFAULT_PROFILE, CARICO_PROFILE))
@@ -303,6 +321,7 @@ async def measure(
             spy.wait(60)
         await watch.stop()
         sched = await api.get_url(f"https://127.0.0.1:{cp.scheduler_port}/metrics")
+        api_after = api_load(await api.get_url(api.server + "/metrics"))
         times = list(watch.bound_at.values())
         if not times:
             raise RuntimeError(f"{config.name}: no pod scheduled in {budget:.0f} s")
@@ -315,6 +334,7 @@ async def measure(
             cpu=cpu,
             create_rate=create_rate,
             scheduled=len(times),
+            api={k: v - api_before[k] for k, v in api_after.items()},
         )
         attempts = "scheduler_schedule_attempts_total"
         result.retried = counter(sched, attempts, {"profile": CARICO_PROFILE}) - counter(
@@ -370,14 +390,14 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
     )
     for r in results:
         s = summary(r.rates)
-        ratio = f"{r.average / alone.average:8.2f}" if alone and alone.average else "       -"
+        vs_alone = f"{r.average / alone.average:8.2f}" if alone and alone.average else "       -"
         ext = "/".join(
             _ms(r.ext[v], 0.5) if v in r.ext else "-" for v in ("filter", "prioritize", "bind")
         )
         over = "-" if r.over is None else f"{len(r.over)} nodes"
         print(
             f"{r.config.name:22s} {s.average:10.1f} {s.percentiles[50]:5.0f} "
-            f"{s.percentiles[90]:5.0f} {s.percentiles[99]:5.0f} {r.overall:8.1f} {ratio} | "
+            f"{s.percentiles[90]:5.0f} {s.percentiles[99]:5.0f} {r.overall:8.1f} {vs_alone} | "
             f"{_ms(r.attempt, 0.5):>7s}/{_ms(r.attempt, 0.99):<8s} | "
             f"{_ms(r.sli, 0.5):>6s}/{_ms(r.sli, 0.99):<7s} | {ext:>27s} | "
             f"{r.retried:15.0f} | {over}"
@@ -390,6 +410,14 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
             f"{r.cpu.get(n, 0):7.1f} ({1000 * r.cpu.get(n, 0) / r.scheduled:5.2f})" for n in names
         )
         print(f"{r.config.name:22s} {cells}")
+    print("\nAPI server over the measured phase, per pod: requests (not watches), pod watch events")
+    print("sent to all watchers and their KB")
+    for r in results:
+        per = {k: v / r.scheduled for k, v in r.api.items()}
+        print(
+            f"{r.config.name:22s} {per['requests']:6.2f} requests  {per['pod events']:5.2f} events"
+            f"  {per['pod event bytes'] / 1000:6.2f} KB"
+        )
     for r in results:
         if r.scheduled < pods:
             print(

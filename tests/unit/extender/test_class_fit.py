@@ -90,6 +90,9 @@ def test_a_class_nobody_measured_is_probed_a_few_pods_at_a_time() -> None:
     full = {("new", Requests(cpu=0.1)): PROBE_PODS}
     in_flight = node_fit(n, "new", Requests(cpu=0.1), full, 0, EMPTY_FLEET)
     assert in_flight.count == 0 and "probing" in in_flight.reason(("cpu", "memory"), 1.0)
+    assert in_flight.probe_capped and in_flight.filter_reason(("cpu", "memory"), 1.0) == (
+        f"carico: new is being measured: {PROBE_PODS} unmeasured pods at a time per node"
+    )
     running = node(n.headroom, pods={"new": PROBE_PODS})
     assert node_fit(running, "new", Requests(), NONE, 0, EMPTY_FLEET).count == 0
     # once any node measured it, the fleet's value applies and the node fills
@@ -109,3 +112,33 @@ def test_an_idle_node_takes_one_pod_larger_than_its_room() -> None:
         node((0.8, 0.7), big), "big", Requests(), {("x", Requests()): 1}, 0, EMPTY_FLEET
     )
     assert held.count == 0  # a reservation on it: not idle
+
+
+def test_nodes_failing_the_same_way_share_one_filter_reason() -> None:
+    """kube-scheduler counts identical reasons in the pod's condition: two nodes short of CPU by
+    different amounts give the same words, a node whose memory is full other words, and the
+    detailed reason keeps each node's numbers."""
+    web = learned("shop/Deployment/web", 1.0, 0.25 * GI)  # 1/8 of the CPU feature a pod
+    names = ("cpu", "memory")
+    tight = node_fit(node((0.05, 0.7), {web.name: web}), web.name, Requests(), NONE, 0, EMPTY_FLEET)
+    tighter = node_fit(
+        node((0.02, 0.7), {web.name: web}), web.name, Requests(), NONE, 0, EMPTY_FLEET
+    )
+    no_memory = node_fit(
+        node((0.5, 0.0), {web.name: web}), web.name, Requests(), NONE, 0, EMPTY_FLEET
+    )
+    assert tight.count == tighter.count == no_memory.count == 0
+    assert not tight.probe_capped
+    assert (
+        tight.filter_reason(names, 1.0)
+        == tighter.filter_reason(names, 1.0)
+        == ("carico: no room for a pod of shop/Deployment/web (cpu)")
+    )
+    assert no_memory.filter_reason(names, 1.0) == (
+        "carico: no room for a pod of shop/Deployment/web (memory full)"
+    )
+    assert tight.filter_reason(names, 2.0) == (
+        "carico: no room for 2 pods of shop/Deployment/web (cpu)"
+    )
+    assert tight.reason(names, 1.0) != tighter.reason(names, 1.0)  # the numbers stay there
+    assert tight.filter_reason((), 1.0).endswith("(?)")  # feature names not known
