@@ -298,8 +298,10 @@ class Decider:
             return dict(zip([names[i] for i in decided.tolist()], fit_objs.tolist(), strict=True))
 
         def little_room(limit: float) -> list[tuple[str, float]]:
+            # ``failed`` as it is when asked: a pod that waited for pods in flight fails the
+            # nodes they still hold afterwards (ExtenderService._filter_after_in_flight)
             idx = np.flatnonzero(short & (frees < limit)).tolist()
-            return [(names[i], float(frees[i])) for i in idx]
+            return [(names[i], float(frees[i])) for i in idx if names[i] not in failed]
 
         return FilterDecision(
             passed,
