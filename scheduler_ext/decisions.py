@@ -274,19 +274,8 @@ class Decider:
                 failed[name] = why
             else:
                 fail[i] = False
-        unknown = ~fresh
-        unresolvable: dict[str, str] = {}
-        stale = missing = 0
-        keep = ~fail
-        if unknown.any():
-            missing = int(np.count_nonzero(~look.known))
-            stale = int(np.count_nonzero(unknown)) - missing
-            if self.stale_policy is StaleData.FAIL_CLOSED:
-                unresolvable = {
-                    names[i]: self._stale_reason(names[i], now)
-                    for i in np.flatnonzero(unknown).tolist()
-                }
-                keep &= fresh
+        unresolvable, stale, missing = self._unknown_candidates(names, look, now)
+        keep = ~fail & fresh if unresolvable else ~fail
         passed = list(compress(names, keep.tolist()))  # in the input order: a subsequence
         # What the two callbacks need, taken now: the remembered fits move on with the table.
         decided = np.flatnonzero(by_class)
@@ -324,6 +313,23 @@ class Decider:
             )
             view.reason[slot] = why
         return why
+
+    def _unknown_candidates(
+        self, names: list[str], look: _Lookup, now: float
+    ) -> tuple[dict[str, str], int, int]:
+        """The candidates without fresh data under the stale-data policy: those failed as
+        unresolvable (fail-closed; none fail-open), and how many are stale and missing."""
+        unknown = ~look.fresh
+        if not unknown.any():
+            return {}, 0, 0
+        missing = int(np.count_nonzero(~look.known))
+        stale = int(np.count_nonzero(unknown)) - missing
+        if self.stale_policy is not StaleData.FAIL_CLOSED:
+            return {}, stale, missing
+        unresolvable = {
+            names[i]: self._stale_reason(names[i], now) for i in np.flatnonzero(unknown).tolist()
+        }
+        return unresolvable, stale, missing
 
     def _filter_small(
         self, names: list[str], now: float, reason: Callable[[str], str | None] | None = None
@@ -363,24 +369,12 @@ class Decider:
         names = cands.names
         look = self._lookup(cands, now)
         fail = look.fresh & self.table.failing_arr[look.safe]
-        unknown = ~look.fresh
-        any_unknown = bool(unknown.any())
-        if not any_unknown and not fail.any():
+        if not fail.any() and look.fresh.all():
             return FilterDecision(list(names), {}, {})
         failing = self.table.failing
         failed = {names[i]: failing[names[i]] for i in np.flatnonzero(fail).tolist()}
-        unresolvable: dict[str, str] = {}
-        stale = missing = 0
-        keep = ~fail
-        if any_unknown:
-            missing = int(np.count_nonzero(~look.known))
-            stale = int(np.count_nonzero(unknown)) - missing
-            if self.stale_policy is StaleData.FAIL_CLOSED:
-                unresolvable = {
-                    names[i]: self._stale_reason(names[i], now)
-                    for i in np.flatnonzero(unknown).tolist()
-                }
-                keep &= look.fresh
+        unresolvable, stale, missing = self._unknown_candidates(names, look, now)
+        keep = ~fail & look.fresh if unresolvable else ~fail
         # Keep the input order, so the reply is a subsequence of the request.
         passed = list(compress(names, keep.tolist()))
         return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
