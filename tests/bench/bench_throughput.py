@@ -26,7 +26,8 @@ samples from the first scheduled pod) and over the whole phase, kube-scheduler's
 ``scheduler_scheduling_attempt_duration_seconds`` and
 ``scheduler_pod_scheduling_sli_duration_seconds`` percentiles and its failed attempts, the
 extender's own request latencies, each component's CPU seconds over the measured phase (where the
-time goes), and the ratios to kube-scheduler alone and to the trivial extender. After each Carico
+time goes), the API server's requests and pod watch events per pod, and the ratios to
+kube-scheduler alone and to the trivial extender. After each Carico
 configuration every node's bound pods are checked against what the filter admits for its avail
 (``admissible``); with Carico binding an excess fails the benchmark (without it kube-scheduler
 binds, and Carico learns of a binding only from its watch, so a node can be over-admitted by
