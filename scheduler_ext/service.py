@@ -337,10 +337,11 @@ class ExtenderService:
             self._holds_changed()
         d, holds = self._filter_decision(facts, cands, body, now)
         if holds:
-            conflicts = self._in_flight_conflicts(facts, d)
+            room = self._little_room(d)
+            conflicts = self._in_flight_conflicts(facts, room)
             if conflicts:
                 return self._filter_after_in_flight(facts, cands, body, cache_capable, conflicts)
-            self._hold(facts, d, now)
+            self._hold(facts, room, now)
         return self._filter_reply(facts, cands, body, cache_capable, d, now)
 
     def _filter_decision(
@@ -354,20 +355,23 @@ class ExtenderService:
         d = self.decider.filter(facts, cands, now)
         return d, d.exempt is None and bool(d.passed)
 
-    def _in_flight_conflicts(self, facts: PodFacts, d: FilterDecision) -> dict[str, frozenset[str]]:
-        threshold = self.table.thresholds.threshold
-        return self.in_flight.conflicts(facts.key, self._little_room(d, threshold), threshold)
+    def _in_flight_conflicts(
+        self, facts: PodFacts, room: list[tuple[str, float]]
+    ) -> dict[str, frozenset[str]]:
+        """Of the nodes with little ``room`` the pod passed, those held by other pods in flight
+        that it passes only without counting them."""
+        return self.in_flight.conflicts(facts.key, room, self.table.thresholds.threshold)
 
-    def _hold(self, facts: PodFacts, d: FilterDecision, now: float) -> None:
+    def _hold(self, facts: PodFacts, room: list[tuple[str, float]], now: float) -> None:
         threshold = self.table.thresholds.threshold
-        if self.in_flight.hold(facts.key, self._little_room(d, threshold), threshold, now):
+        if self.in_flight.hold(facts.key, room, threshold, now):
             self.metrics.in_flight_holds.inc()
 
-    def _little_room(self, d: FilterDecision, threshold: float) -> list[tuple[str, float]]:
+    def _little_room(self, d: FilterDecision) -> list[tuple[str, float]]:
         """The passed nodes with room for fewer than the hold margin's pods beyond the
         threshold, with their counts. Only these can be held, or conflict (a node is held by at
-        most about the margin's pods)."""
-        return self.decider.little_room(d, threshold + self.in_flight.margin)
+        most about the margin's pods). Computed once per decision: the filter's hot path."""
+        return self.decider.little_room(d, self.table.thresholds.threshold + self.in_flight.margin)
 
     def _holds_changed(self) -> None:
         """Wake the filters waiting for pods in flight."""
@@ -403,7 +407,8 @@ class ExtenderService:
             now = self.clock()
             self.in_flight.expire(now)
             d, holds = self._filter_decision(facts, cands, body, now)
-            conflicts = self._in_flight_conflicts(facts, d) if holds else {}
+            room = self._little_room(d) if holds else []
+            conflicts = self._in_flight_conflicts(facts, room) if holds else {}
             if not conflicts or until is None or waited == "expired":
                 break
         self.metrics.in_flight_waits.labels(waited if not conflicts else "refused").inc()
@@ -413,8 +418,8 @@ class ExtenderService:
                 d.failed[node] = (
                     f"carico: room held for pods being bound: {', '.join(sorted(pods))}"
                 )
-        if holds:
-            self._hold(facts, d, now)
+        if holds:  # not the nodes it failed just now: they are held by others
+            self._hold(facts, [(n, c) for n, c in room if n not in conflicts], now)
         return self._filter_reply(facts, cands, body, cache_capable, d, now)
 
     def _filter_reply(
@@ -600,17 +605,16 @@ class ExtenderService:
             result = self.ledger.reserve(facts, args.Node, self.clock(), check=slot is None)
             if result.stale:
                 self._stale("bind", int(result.stale == "stale"), int(result.stale == "missing"))
+        if release:  # its reservation (or exemption) stands in for its hold, or it was refused
+            self._holds_changed()
+        if result is not None:
             if not result.ok:
-                if release:
-                    self._holds_changed()
                 if slot is not None:
                     self.slots.unclaim(slot)
                 nc["bind", "refused"].inc()
                 self.count_request("bind", "ok")
                 return wire.encode(wire.BindingResult(result.error))
             nc["bind", "reserved"].inc()
-        if release:  # its reservation (or exemption) stands in for its hold now
-            self._holds_changed()
         self._log_bind(facts, args.Node, exempt, slot, result)
         try:
             await self.cluster.bind(facts, args.Node)
