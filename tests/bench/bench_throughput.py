@@ -10,8 +10,12 @@ data stale after three times that; a random avail per node, with room for every 
 pods' class, so that the extender decides by each node's fit for it).
 Configurations, measured one after another in the same run: kube-scheduler alone; a trivial
 extender (``throughput_trivial``: every node passes, every score is 0, a bind binds) on Carico's
-HTTP stack; Carico with ``nodeCacheCapable`` true and false, each with and without Carico binding.
-Every extender configuration sets the same verbs (filter, prioritize and, with binding, bind).
+HTTP stack; the floor, the trivial extender also taking Carico's inputs and doing nothing with them
+(the capacity feed's reports over the same gRPC ingest, each parsed, and the reservation ledger's
+pod watch, each event decoded): what being an extender that decides on reported capacity costs
+before any of Carico's logic; Carico with ``nodeCacheCapable`` true and false, each with and
+without Carico binding. Every extender configuration sets the same verbs (filter, prioritize and,
+with binding, bind).
 
 For each configuration kube-scheduler is stopped, the M pods (scheduler_perf's pod-default with
 ``schedulerName: carico-scheduler``) are created, and kube-scheduler is started with the
@@ -55,6 +59,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,12 +90,15 @@ TARGET_TRIVIAL = 0.9
 ATTEMPT = "scheduler_scheduling_attempt_duration_seconds"
 SLI = "scheduler_pod_scheduling_sli_duration_seconds"
 EXT_LATENCY = "carico_extender_request_duration_seconds"
+EXT_REQUESTS = "carico_extender_requests_total"
+EXT_HOLDS = "carico_extender_in_flight_holds_total"
+EXT_WAITS = "carico_extender_in_flight_waits_total"
 
 
 @dataclass(frozen=True)
 class Config:
     name: str
-    extender: str  # "", "trivial" or "carico"
+    extender: str  # "", "trivial", "floor" (trivial + Carico's inputs) or "carico"
     node_cache_capable: bool = True
     bind: bool = True
 
@@ -98,6 +106,7 @@ class Config:
 CONFIGS = (
     Config("alone", ""),
     Config("trivial", "trivial"),
+    Config("floor", "floor"),
     Config("carico", "carico"),
     Config("carico-nobind", "carico", bind=False),
     Config("carico-nodes", "carico", node_cache_capable=False),
@@ -114,6 +123,9 @@ class Result:
     attempt: Histogram
     sli: Histogram
     ext: dict[str, Histogram] = field(default_factory=dict)
+    # Carico's own counts over the measured phase: requests by verb, filters that held nodes
+    # and filters that waited for pods in flight
+    ext_counts: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     over: dict[str, tuple[int, int]] | None = None
     create_rate: float = 0.0
@@ -175,12 +187,19 @@ class Extenders:
         return proc.pid
 
     def start(self, config: Config, avails: dict[str, float]) -> str:
-        """Start the extender; returns its URL prefix."""
-        if config.extender == "trivial":
-            port = free_ports(1)[0]
-            self.pid = self._spawn("throughput_trivial.py", str(self.cp.kubeconfig), str(port))
-            wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"), 60, "trivial extender")
-            return f"http://127.0.0.1:{port}/scheduler"
+        """Start the extender (and, but for the trivial one, the capacity feed into it); returns
+        its URL prefix."""
+        if config.extender in ("trivial", "floor"):
+            port, grpc_port = free_ports(2)
+            inputs = [str(grpc_port)] if config.extender == "floor" else []
+            self.pid = self._spawn(
+                "throughput_trivial.py", str(self.cp.kubeconfig), str(port), *inputs
+            )
+            base = f"http://127.0.0.1:{port}"
+            wait_for(lambda: _http_ok(f"{base}/healthz"), 60, "trivial extender")
+            if inputs:
+                self._feed(f"127.0.0.1:{grpc_port}", avails, lambda: _count(f"{base}/reports"))
+            return f"{base}/scheduler"
         stale_after = 3 * self.report_every
         ext = ExtenderProcess(
             self.cp.kubeconfig,
@@ -197,24 +216,24 @@ class Extenders:
         )
         ext.start()
         self.carico, self.pid = ext, ext.proc.pid if ext.proc else None
-        self.metrics_url = f"{ext.base}/metrics"
+        self.metrics_url = metrics = f"{ext.base}/metrics"
+        accepted = 'carico_extender_reports_total{outcome="accepted"}'
+        self._feed(f"127.0.0.1:{ext.grpc_port}", avails, lambda: _metric(metrics, accepted))
+        return ext.url_prefix
+
+    def _feed(self, target: str, avails: dict[str, float], taken: Callable[[], float]) -> None:
+        """Start the capacity feed into ``target``; wait until ``taken()`` counts a report of
+        every node."""
         path = self.workdir / "avails.json"
         path.write_text(json.dumps(avails))
         self.feed_pid = self._spawn(
             "throughput_feed.py",
-            f"127.0.0.1:{ext.grpc_port}",
+            target,
             str(path),
             f"{self.report_every:g}",
             *([self.pod_class] if self.pod_class else []),
         )
-
-        def all_reported() -> bool:
-            return _metric(
-                self.metrics_url, 'carico_extender_reports_total{outcome="accepted"}'
-            ) >= len(avails)
-
-        wait_for(all_reported, 120, f"capacity reports of {len(avails)} nodes")
-        return ext.url_prefix
+        wait_for(lambda: taken() >= len(avails), 120, f"capacity reports of {len(avails)} nodes")
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -236,6 +255,11 @@ def _http_ok(url: str) -> bool:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+def _count(url: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return float(resp.read().decode())
 
 
 def _metric(url: str, series: str) -> float:
@@ -348,6 +372,11 @@ async def measure(
                 result.ext[verb] = histogram(after, EXT_LATENCY, label).minus(
                     histogram(ext_before, EXT_LATENCY, label)
                 )
+                result.ext_counts[verb] = counter(after, EXT_REQUESTS, label) - counter(
+                    ext_before, EXT_REQUESTS, label
+                )
+            for name, series in (("holds", EXT_HOLDS), ("waits", EXT_WAITS)):
+                result.ext_counts[name] = counter(after, series) - counter(ext_before, series)
         if config.extender == "carico":
             listed = await api.list_pods(NAMESPACE)
             bound = count_by(p.spec.nodeName for p in listed.items if p.spec.nodeName)
@@ -419,6 +448,14 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
             f"{r.config.name:22s} {per['requests']:6.2f} requests  {per['pod events']:5.2f} events"
             f"  {per['pod event bytes'] / 1000:6.2f} KB"
         )
+    counted = [r for r in results if r.ext_counts]
+    if counted:
+        print("\nCarico per pod: requests by verb, filters that held nodes, filters that waited")
+    for r in counted:
+        print(
+            f"{r.config.name:22s} "
+            + "  ".join(f"{v / r.scheduled:5.2f} {k}" for k, v in r.ext_counts.items())
+        )
     for r in results:
         if r.scheduled < pods:
             print(
@@ -440,6 +477,12 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
         print(f"{HEADLINE} / trivial: {ratio:.2f} (target >= {TARGET_TRIVIAL})")
         if ratio < TARGET_TRIVIAL:
             missed.append(f"{nodes} nodes: {HEADLINE}/trivial {ratio:.2f} < {TARGET_TRIVIAL}")
+    floor = by.get("floor")
+    if floor and trivial and trivial.average:
+        # what taking the reports and the pod watch costs, before any of Carico's logic
+        print(f"floor / trivial: {floor.average / trivial.average:.2f}")
+    if head and floor and floor.average:
+        print(f"{HEADLINE} / floor: {head.average / floor.average:.2f}")
     for r in results:
         if r.over:
             worst = sorted(r.over.items(), key=lambda kv: kv[1][1] - kv[1][0])[:3]

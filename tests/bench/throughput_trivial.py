@@ -4,23 +4,34 @@ bind binds. It runs on the same stack as Carico's extender — the aiohttp serve
 for bindings (``scheduler_ext.kube.KubernetesCluster``) — so that what Carico costs beyond it is
 its decisions, ledger and bookkeeping.
 
-``python throughput_trivial.py KUBECONFIG PORT``; serves ``/scheduler/{filter,prioritize,bind}``
-and ``/healthz``.
+With a GRPC_PORT it also takes the inputs any extender deciding on reported capacity must take, and
+does nothing with them: every node's capacity reports over a ``CapacityIngest`` stream like
+Carico's (each report parsed, counted and dropped) and the pod watch the reservation ledger needs
+(bound Pending pods, the same watch code as Carico's, each event decoded and dropped). That is the
+floor of the throughput benchmark: what being a telemetry-driven extender costs before any of
+Carico's logic.
+
+``python throughput_trivial.py KUBECONFIG PORT [GRPC_PORT]``; serves
+``/scheduler/{filter,prioritize,bind}``, ``/healthz`` and ``/reports`` (reports taken so far).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from carico.cliargs import event_loop_factory  # noqa: E402
+from protos.carico.v1 import capacity_pb2  # noqa: E402
 from scheduler_ext import wire  # noqa: E402
+from scheduler_ext.cli import SWITCH_INTERVAL_S  # noqa: E402
 from scheduler_ext.http_server import start_http  # noqa: E402
 from scheduler_ext.kube import KubernetesCluster  # noqa: E402
 from scheduler_ext.pods import PodFacts  # noqa: E402
@@ -28,7 +39,47 @@ from scheduler_ext.pods import PodFacts  # noqa: E402
 JSON = "application/json"
 
 
-def build(cluster: KubernetesCluster | None) -> web.Application:
+class Inputs:
+    """The floor's inputs: reports parsed and dropped, pod watch events decoded and dropped."""
+
+    def __init__(self) -> None:
+        self.reports = 0
+        self.pod_events = 0
+
+    async def report(
+        self, request_iterator: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+    ) -> capacity_pb2.ReportSummary:
+        parse = capacity_pb2.NodeCapacity.FromString
+        async for raw in request_iterator:
+            parse(raw)
+            self.reports += 1
+        return capacity_pb2.ReportSummary(accepted=self.reports)
+
+    def on_list(self, pods: object) -> None:
+        self.pod_events += 1
+
+    def on_event(self, pod: object) -> None:
+        self.pod_events += 1
+
+    async def serve_grpc(self, port: int) -> grpc.aio.Server:
+        """``CapacityIngest`` registered as Carico's extender registers it (reports as bytes)."""
+        server = grpc.aio.server()
+        handler: grpc.RpcMethodHandler = grpc.stream_unary_rpc_method_handler(
+            self.report,
+            request_deserializer=None,
+            response_serializer=capacity_pb2.ReportSummary.SerializeToString,
+        )
+        handlers = {"Report": handler}
+        service = "carico.v1.CapacityIngest"
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
+        server.add_registered_method_handlers(service, handlers)
+        if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
+            raise OSError(f"cannot listen for gRPC on port {port}")
+        await server.start()
+        return server
+
+
+def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> web.Application:
     """The trivial extender's app; with no cluster it has no bind verb (the extender benchmark's
     baseline, which only filters and prioritizes)."""
 
@@ -65,25 +116,41 @@ def build(cluster: KubernetesCluster | None) -> web.Application:
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
+    async def reports(_: web.Request) -> web.Response:
+        return web.Response(text=str(inputs.reports if inputs is not None else 0))
+
     app = web.Application(client_max_size=1 << 30)
     app.router.add_post("/scheduler/filter", filter_)
     app.router.add_post("/scheduler/prioritize", prioritize)
     if cluster is not None:
         app.router.add_post("/scheduler/bind", bind)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/reports", reports)
     return app
 
 
-async def main(kubeconfig: str, port: int) -> None:
+async def main(kubeconfig: str, port: int, grpc_port: int | None) -> None:
     cluster = KubernetesCluster(kubeconfig)
-    server = await start_http(build(cluster), "127.0.0.1", port)
+    inputs = Inputs() if grpc_port is not None else None
+    server = await start_http(build(cluster, inputs), "127.0.0.1", port)
+    grpc_server = watch = None
+    if inputs is not None and grpc_port is not None:
+        grpc_server = await inputs.serve_grpc(grpc_port)
+        watch = asyncio.create_task(cluster.run_pod_watch(inputs.on_list, inputs.on_event))
     try:
         await asyncio.Event().wait()
     finally:
+        if watch is not None:
+            watch.cancel()
+        if grpc_server is not None:
+            await grpc_server.stop(1.0)
         await server.close()
         await cluster.close()
 
 
 if __name__ == "__main__":
+    grpc_port = int(sys.argv[3]) if sys.argv[3:] else None
+    if grpc_port is not None:  # gRPC's poller thread takes the GIL: as Carico's extender does
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
     with asyncio.Runner(loop_factory=event_loop_factory("uvloop")) as runner:
-        runner.run(main(sys.argv[1], int(sys.argv[2])))
+        runner.run(main(sys.argv[1], int(sys.argv[2]), grpc_port))
