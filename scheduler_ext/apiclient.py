@@ -10,7 +10,7 @@ the bearer token (refreshed by its own hook, as for a projected service-account 
 
 The pod watches (list, then watch from the list's resourceVersion, and list again after any
 failure) run here too: in a thread of the official client, each event took the GIL from the loop
-in the middle of kube-scheduler's calls, and the watch of unbound pods sees two events per pod.
+in the middle of kube-scheduler's calls, and a watch of Pending pods sees several events per pod.
 
 Neighbours: ``kube`` (the cluster interface that binds through this), ``cluster`` (BindError).
 """

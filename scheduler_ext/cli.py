@@ -16,6 +16,8 @@ import gc
 import logging
 import signal
 import sys
+from collections.abc import Coroutine
+from typing import Any
 
 from carico.cliargs import (
     EVENT_LOOPS,
@@ -33,7 +35,7 @@ from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
 from carico.tls import grpc_server_credentials, server_ssl_context
 from repack.problem.goal_spec import GOALS, Limits
 from scheduler_ext.capacity import DEFAULT_MAX_NODES, DEFAULT_THRESHOLD
-from scheduler_ext.cluster import Cluster, InMemoryCluster
+from scheduler_ext.cluster import Cluster, InMemoryCluster, OnEvent, OnList
 from scheduler_ext.grpc_server import start_grpc
 from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_app, start_http
 from scheduler_ext.ledger import StaleData
@@ -43,8 +45,9 @@ from scheduler_ext.repack.service import (
     RepackService,
     RepackSettings,
     RepackSource,
+    UnscheduledWatch,
 )
-from scheduler_ext.service import ExtenderService, Settings
+from scheduler_ext.service import ExtenderService, PodWatch, Settings
 from scheduler_ext.shape import DEFAULT_WEIGHTS, ScoreShape, parse_shape, parse_weights
 
 log = logging.getLogger("scheduler_ext")
@@ -482,13 +485,33 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    background = asyncio.create_task(service.run_background(), name="extender-background")
+    pod_watch: PodWatch | None = None
+    unscheduled_watch: UnscheduledWatch | None = None
+    # A real cluster (kube.KubernetesCluster) watches every Pending pod once for the ledger and
+    # the repack trigger: two watches would each get an event for every binding
+    # (docs/architecture.md#pod-watches). The in-memory twin keeps a watch for each.
+    run_pending = getattr(cluster, "run_pending_watch", None)
+    if repack is not None and run_pending is not None:
+        on_list, on_event = repack.on_unscheduled_list, repack.on_unscheduled_event
+
+        def pod_watch(ledger_list: OnList, ledger_event: OnEvent) -> Coroutine[Any, Any, None]:
+            coroutine: Coroutine[Any, Any, None] = run_pending(
+                ledger_list, ledger_event, on_list, on_event
+            )
+            return coroutine
+
+    elif repack is not None:
+        assert isinstance(cluster, RepackSource)
+        unscheduled_watch = cluster.run_unscheduled_watch
+    background = asyncio.create_task(
+        service.run_background(pod_watch=pod_watch), name="extender-background"
+    )
     stopper = asyncio.create_task(stop.wait())
     tasks = {background, stopper}
     if repack is not None:
-        assert isinstance(cluster, RepackSource)
-        watch = cluster.run_unscheduled_watch
-        tasks.add(asyncio.create_task(repack.run_background(watch), name="repack-background"))
+        tasks.add(
+            asyncio.create_task(repack.run_background(unscheduled_watch), name="repack-background")
+        )
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done - {stopper}:

@@ -4,10 +4,13 @@ The client is synchronous, so its calls (evictions, the repacker's lists) run in
 Bindings, the one call made for every pod, and the pod watches do not use it: ``apiclient`` runs
 them on the event loop.
 
-Pods are listed and watched with the field selector ``status.phase=Pending,spec.nodeName!=``
-(bound, not yet running): the API server reports a pod leaving that selection (Running,
-Succeeded, Failed) as a DELETED event, so the watch stays small even in a large cluster. Responses
-are decoded with msgspec from the raw bytes instead of the client's slow model deserialisation.
+The reservation ledger lists and watches pods with the field selector
+``status.phase=Pending,spec.nodeName!=`` (bound, not yet running): the API server reports a pod
+leaving that selection (Running, Succeeded, Failed) as a DELETED event, so the watch stays small
+even in a large cluster. When the repacker runs too, its trigger needs the unbound Pending pods
+as well, and one watch of every Pending pod (``run_pending_watch``) feeds both: two watches would
+each get an event for every binding (docs/architecture.md#pod-watches). Responses are decoded
+with msgspec from the raw bytes instead of the client's slow model deserialisation.
 
 Neighbours: ``cluster`` (the interface and the in-memory twin), ``ledger`` (PodState),
 ``apiclient`` (bindings).
@@ -29,20 +32,32 @@ from scheduler_ext.cluster import OnEvent, OnList
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts, facts_from_wire
 from scheduler_ext.repack.evictions import Evicted, EvictionReply
-from scheduler_ext.repack.trigger import Unscheduled, unscheduled_from_object
+from scheduler_ext.repack.trigger import Unscheduled, unscheduled
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-BOUND_PENDING = "status.phase=Pending,spec.nodeName!="
-UNBOUND_PENDING = "status.phase=Pending,spec.nodeName="  # what the repack trigger watches
+BOUND_PENDING = "status.phase=Pending,spec.nodeName!="  # the ledger's pods
+PENDING = "status.phase=Pending"  # the ledger's and the repack trigger's pods, in one watch
+
+
+class PodCondition(msgspec.Struct, gc=False):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
 
 
 class PodStatus(msgspec.Struct):
     phase: str = ""
+    conditions: list[PodCondition] | None = None
+
+
+class ApiMeta(wire.ObjectMeta):
+    deletionTimestamp: str | None = None
 
 
 class ApiPod(wire.Pod):
+    metadata: ApiMeta | None = None
     status: PodStatus | None = None
 
 
@@ -92,14 +107,9 @@ def parse_pod_list(body: bytes) -> tuple[list[PodState], str]:
     return pods, (parsed.metadata or ListMeta()).resourceVersion
 
 
-def event_object(event: dict[str, Any]) -> dict[str, Any]:
-    obj = event.get("object", event.get("raw_object"))
-    return obj if isinstance(obj, dict) else {}
-
-
-def parse_watch_line(line: bytes) -> WatchLine[PodState]:
-    """One line of a pod watch, decoded straight into the fields the ledger needs (an ERROR
-    event's Status is not a pod: it is told by its type alone)."""
+def _pod_event(line: bytes) -> tuple[str, str, ApiPod | None]:
+    """A watch line's type, resourceVersion and pod (None for a BOOKMARK, or an ERROR, whose
+    Status is not a pod: it is told by its type alone)."""
     try:
         event = _decode_event(line)
     except msgspec.ValidationError:
@@ -109,31 +119,55 @@ def parse_watch_line(line: bytes) -> WatchLine[PodState]:
     version = pod.metadata.resourceVersion if pod is not None and pod.metadata else ""
     if pod is None or event.type not in ("ADDED", "MODIFIED", "DELETED"):
         return event.type, version, None
-    return event.type, version, pod_state(pod, deleted=event.type == "DELETED")
+    return event.type, version, pod
 
 
-def parse_unscheduled_list(body: bytes) -> tuple[list[Unscheduled], str]:
-    """The unbound pods and resourceVersion of a raw PodList response."""
-    parsed = msgspec.json.decode(body)
-    items = parsed.get("items") or []
-    version = str((parsed.get("metadata") or {}).get("resourceVersion") or "")
-    return [unscheduled_from_object(p) for p in items if isinstance(p, dict)], version
+def parse_watch_line(line: bytes) -> WatchLine[PodState]:
+    """One line of the ledger's pod watch, decoded straight into the fields it needs."""
+    kind, version, pod = _pod_event(line)
+    if pod is None:
+        return kind, version, None
+    return kind, version, pod_state(pod, deleted=kind == "DELETED")
 
 
-def parse_unscheduled_event(event: dict[str, Any]) -> Unscheduled | None:
-    kind = event.get("type")
-    if kind not in ("ADDED", "MODIFIED", "DELETED"):
-        return None
-    return unscheduled_from_object(event_object(event), deleted=kind == "DELETED")
+def _ignore(_: object) -> None:
+    pass
 
 
-def parse_unscheduled_line(line: bytes) -> WatchLine[Unscheduled]:
-    event = msgspec.json.decode(line)
-    if not isinstance(event, dict):
-        return "", "", None
-    meta = event_object(event).get("metadata") or {}
-    version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
-    return str(event.get("type", "")), version, parse_unscheduled_event(event)
+# A Pending pod as both consumers of the Pending-pods watch see it.
+PendingPod = tuple[PodState, Unscheduled]
+
+
+def unscheduled_of(pod: ApiPod, *, deleted: bool = False) -> Unscheduled:
+    """The repack trigger's view of an API pod object (pure)."""
+    meta = pod.metadata or ApiMeta()
+    spec = pod.spec or wire.PodSpec()
+    status = pod.status or PodStatus()
+    return unscheduled(
+        f"{meta.namespace or 'default'}/{meta.name}",
+        spec.schedulerName,
+        ((c.type, c.status, c.reason) for c in status.conditions or ()),
+        node=spec.nodeName,
+        deleting=bool(meta.deletionTimestamp),
+        phase=status.phase,
+        deleted=deleted,
+    )
+
+
+def parse_pending_list(body: bytes) -> tuple[list[PendingPod], str]:
+    """The Pending pods of a raw PodList response, for the ledger and the trigger at once."""
+    parsed = _decode_list(body)
+    pods = [(pod_state(p), unscheduled_of(p)) for p in parsed.items or ()]
+    return pods, (parsed.metadata or ListMeta()).resourceVersion
+
+
+def parse_pending_line(line: bytes) -> WatchLine[PendingPod]:
+    """One line of the Pending-pods watch, decoded once for the ledger and the trigger."""
+    kind, version, pod = _pod_event(line)
+    if pod is None:
+        return kind, version, None
+    deleted = kind == "DELETED"
+    return kind, version, (pod_state(pod, deleted=deleted), unscheduled_of(pod, deleted=deleted))
 
 
 def fetch_cluster_lists(api_client: Any) -> list[bytes]:
@@ -243,6 +277,32 @@ class KubernetesCluster:
             "/api/v1/pods", BOUND_PENDING, parse_pod_list, parse_watch_line, on_list, on_event
         )
 
+    async def run_pending_watch(
+        self,
+        on_list: OnList,
+        on_event: OnEvent,
+        on_unscheduled_list: Callable[[list[Unscheduled]], None],
+        on_unscheduled_event: Callable[[Unscheduled], None],
+    ) -> None:
+        """``run_pod_watch`` and the repack trigger's watch of unbound pods in one: list, then
+        watch every Pending pod until cancelled. The ledger gets what ``run_pod_watch`` gives it
+        (bound pods, and a pod leaving Pending as a deletion); the trigger gets the unbound pods
+        in its lists and every event, in which a bound pod is gone from its view."""
+
+        def listed(pods: list[PendingPod]) -> None:
+            on_list([state for state, _ in pods if state.node])
+            on_unscheduled_list([view for state, view in pods if not state.node])
+
+        def event(pod: PendingPod) -> None:
+            state, view = pod
+            if state.node:
+                on_event(state)
+            on_unscheduled_event(view)
+
+        await self._binder.list_then_watch(
+            "/api/v1/pods", PENDING, parse_pending_list, parse_pending_line, listed, event
+        )
+
     # -- repacking: the unbound pods and the whole cluster -------------------------------
 
     async def run_unscheduled_watch(
@@ -250,15 +310,9 @@ class KubernetesCluster:
         on_list: Callable[[list[Unscheduled]], None],
         on_event: Callable[[Unscheduled], None],
     ) -> None:
-        """List, then watch unbound Pending pods (the repack trigger's feed) until cancelled."""
-        await self._binder.list_then_watch(
-            "/api/v1/pods",
-            UNBOUND_PENDING,
-            parse_unscheduled_list,
-            parse_unscheduled_line,
-            on_list,
-            on_event,
-        )
+        """The repack trigger's feed alone (``run_pending_watch`` with no ledger) until
+        cancelled; the extender uses ``run_pending_watch`` to feed both."""
+        await self.run_pending_watch(_ignore, _ignore, on_list, on_event)
 
     async def list_for_repack(self) -> list[bytes]:
         """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""

@@ -33,7 +33,7 @@ from scheduler_ext.capacity import (
     fmt,
 )
 from scheduler_ext.class_fit import Fit
-from scheduler_ext.cluster import BindError, Cluster
+from scheduler_ext.cluster import BindError, Cluster, OnEvent, OnList
 from scheduler_ext.decisions import Candidates, Decider, FilterDecision, PrioritizeDecision
 from scheduler_ext.explain import ExplainLog
 from scheduler_ext.history import NodeHistory
@@ -47,6 +47,9 @@ from scheduler_ext.waiting import WAKE_ANNOTATION, WaitingPods
 from scheduler_ext.wire import Body
 
 log = logging.getLogger(__name__)
+
+# A pod watch: list, then watch bound Pending pods into these callbacks until cancelled.
+PodWatch = Callable[[OnList, OnEvent], Coroutine[Any, Any, None]]
 
 RECENT_PODS = 10_000  # pods remembered from filter calls, so bind knows whether one is exempt
 # The facts of the pods last seen in filter and prioritize requests, by the Pod's JSON: the facts
@@ -763,11 +766,14 @@ class ExtenderService:
             ),
         )
 
-    async def run_background(self, sweep_every: float = 1.0) -> None:
-        """The pod watch and the periodic sweep; runs until cancelled."""
-        watch = asyncio.create_task(
-            self.cluster.run_pod_watch(self.on_pod_list, self.on_pod_event), name="pod-watch"
-        )
+    async def run_background(
+        self, sweep_every: float = 1.0, pod_watch: PodWatch | None = None
+    ) -> None:
+        """The pod watch and the periodic sweep; runs until cancelled. ``pod_watch``: a watch
+        that feeds others too (``kube.KubernetesCluster.run_pending_watch``) instead of the
+        cluster's own ``run_pod_watch``."""
+        run = pod_watch if pod_watch is not None else self.cluster.run_pod_watch
+        watch = asyncio.create_task(run(self.on_pod_list, self.on_pod_event), name="pod-watch")
         try:
             while True:
                 await asyncio.sleep(sweep_every)

@@ -66,7 +66,8 @@ TRIGGER_HTTP = "http"
 TRIGGER_PERIOD = "period"
 STATUS_PODS = 20  # stuck pods named by GET /api/v1/repack (the count is always whole)
 
-# (on_list, on_event) -> runs until cancelled: the extender's watch of unbound Pending pods.
+# (on_list, on_event) -> runs until cancelled: a watch of unbound Pending pods (the in-memory
+# cluster's; against an API server the extender's one watch of Pending pods feeds the trigger).
 OnUnscheduledList = Callable[[list[Unscheduled]], None]
 OnUnscheduledEvent = Callable[[Unscheduled], None]
 UnscheduledWatch = Callable[[OnUnscheduledList, OnUnscheduledEvent], Coroutine[Any, Any, None]]

@@ -9,7 +9,7 @@ or on demand) nothing runs again for ``cooldown`` seconds, and a cluster state t
 solved (same fingerprint: same nodes, pods, placements and pending set) is not solved again.
 
 Pure logic: no I/O, the clock is a parameter. Neighbours: ``service`` (feeds it from the pod watch
-and acts on it), ``kube`` of the extender (the watch of unbound pods).
+and acts on it), ``kube`` of the extender (the watch of Pending pods).
 """
 
 from __future__ import annotations
@@ -32,25 +32,40 @@ class Unscheduled:
     gone: bool = False
 
 
+def unscheduled(
+    key: str,
+    scheduler: str | None,
+    conditions: Iterable[tuple[str, str, str]],
+    *,
+    node: str | None = None,
+    deleting: bool = False,
+    phase: str | None = None,
+    deleted: bool = False,
+) -> Unscheduled:
+    """The trigger's view of a pod from its facts: ``conditions`` as (type, status, reason);
+    ``deleting``: it has a deletionTimestamp; ``deleted``: a watch said DELETED."""
+    stuck = any(
+        kind == "PodScheduled" and status == "False" and reason == "Unschedulable"
+        for kind, status, reason in conditions
+    )
+    gone = deleted or bool(node) or deleting or (phase or "Pending") != "Pending"
+    return Unscheduled(key, scheduler or DEFAULT_SCHEDULER, stuck, gone)
+
+
 def unscheduled_from_object(obj: Mapping[str, Any], *, deleted: bool = False) -> Unscheduled:
     """An ``Unscheduled`` from a raw API pod object (a list item or a watch event's object)."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
-    key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-    stuck = any(
-        c.get("type") == "PodScheduled"
-        and c.get("status") == "False"
-        and c.get("reason") == "Unschedulable"
-        for c in status.get("conditions") or ()
+    return unscheduled(
+        f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}",
+        str(spec.get("schedulerName") or ""),
+        ((c.get("type"), c.get("status"), c.get("reason")) for c in status.get("conditions") or ()),
+        node=spec.get("nodeName"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        phase=status.get("phase"),
+        deleted=deleted,
     )
-    gone = (
-        deleted
-        or bool(spec.get("nodeName"))
-        or bool(meta.get("deletionTimestamp"))
-        or status.get("phase", "Pending") != "Pending"
-    )
-    return Unscheduled(key, str(spec.get("schedulerName") or DEFAULT_SCHEDULER), stuck, gone)
 
 
 class Trigger:

@@ -24,6 +24,7 @@ from scheduler_ext.http_server import build_app, start_http
 from scheduler_ext.kube import KubernetesCluster
 from scheduler_ext.ledger import PodState
 from scheduler_ext.pods import PodFacts
+from scheduler_ext.repack.trigger import Unscheduled
 from scheduler_ext.service import ExtenderService, Settings
 
 pytestmark = [pytest.mark.e2e]
@@ -138,6 +139,65 @@ async def test_list_then_watch_bound_pending_pods(
         assert fake_kubelet.start_now(namespace) == 2
         await _until(lambda: seen("early", deleted=True), "early leaving the selection")
         await _until(lambda: seen("late", deleted=True), "late leaving the selection")
+    finally:
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+
+
+async def test_one_watch_of_pending_pods_feeds_the_ledger_and_the_repack_trigger(
+    kube: KubernetesCluster,
+    api_client: kubernetes.client.ApiClient,
+    fake_kubelet: FakeKubelet,
+    namespace: str,
+) -> None:
+    """``run_pending_watch`` gives the ledger what ``run_pod_watch`` gives it, and the repack
+    trigger its unbound pods, from one watch; a binding is one event for both."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    early = _create(core, namespace, "early", "no-such-scheduler")
+    await kube.bind(early, N0)
+    _create(core, namespace, "waiting", "no-such-scheduler")
+    lists: list[list[PodState]] = []
+    events: list[PodState] = []
+    views: list[list[Unscheduled]] = []
+    changes: list[Unscheduled] = []
+    watch = asyncio.create_task(
+        kube.run_pending_watch(lists.append, events.append, views.append, changes.append)
+    )
+    try:
+        await _until(lambda: bool(lists) and bool(views), "the initial lists")
+        assert {p.facts.key: p.node for p in lists[0] if p.facts.namespace == namespace} == {
+            f"{namespace}/early": N0
+        }
+        mine = [v for v in views[0] if v.key.startswith(f"{namespace}/")]
+        assert mine == [Unscheduled(f"{namespace}/waiting", "no-such-scheduler", False)]
+        # kube-scheduler's verdict on a pod it cannot place: the trigger sees it stuck.
+        core.patch_namespaced_pod_status(
+            "waiting",
+            namespace,
+            {
+                "status": {
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+                    ]
+                }
+            },
+        )
+        key = f"{namespace}/waiting"
+        await _until(
+            lambda: any(c.key == key and c.unschedulable and not c.gone for c in changes),
+            "the trigger seeing the pod stuck",
+        )
+        assert not any(e.facts.key == key for e in events)  # unbound: no concern of the ledger
+        # Bound: the ledger gets the pod on its node, the trigger sees it gone, in one event.
+        await kube.bind(PodFacts(namespace, "waiting", ""), N1)
+        await _until(lambda: any(e.facts.key == key and e.node == N1 for e in events), "bound")
+        await _until(lambda: any(c.key == key and c.gone for c in changes), "gone from trigger")
+        # Leaving Pending: a deletion for the ledger, as from run_pod_watch.
+        await _until(lambda: fake_kubelet.starting(namespace) == 2, "the kubelet seeing both")
+        assert fake_kubelet.start_now(namespace) == 2
+        await _until(
+            lambda: any(e.facts.key == key and e.deleted for e in events), "leaving Pending"
+        )
     finally:
         watch.cancel()
         await asyncio.gather(watch, return_exceptions=True)
