@@ -63,6 +63,11 @@ class FilterDecision:
     # class, with that room (the nodes pods in flight may hold).
     fits: Callable[[], dict[str, Fit]] | None = None
     little_room: Callable[[float], list[tuple[str, float]]] | None = None
+    # The passed nodes' table slots, whether each has a report, and the slot layout's version
+    # (``Candidates``), when the filter looked them up.
+    passed_slots: tuple[np.ndarray, np.ndarray, int] | None = field(
+        default=None, compare=False, repr=False
+    )
 
 
 @dataclass
@@ -85,8 +90,9 @@ class PreemptDecision:
 
 
 # Candidate lists remembered by their request bytes. kube-scheduler sends the same NodeNames to
-# filter for pod after pod (and often the same passing subset to prioritize), so a remembered list
-# skips both decoding the names and hashing each of them into the table. At most
+# filter for pod after pod, and to prioritize the list the filter passed (remembered by the
+# filter, ``Decider.expect``), so a remembered list skips both decoding the names and hashing each
+# of them into the table. At most
 # CANDIDATE_CACHE_SIZE lists are kept, and at most CANDIDATE_CACHE_BYTES in all by
 # ``candidates_cost``: a list of 80,000 short names is 1 MB of JSON but ~7 MB decoded, so a bound
 # on the request bytes alone is no bound. A list costing more than a quarter is not kept at all.
@@ -147,13 +153,29 @@ class Decider:
             cache.move_to_end(raw)
             return found[0]
         made = Candidates(decode(raw))
+        self._keep(raw, made)
+        return made
+
+    def expect(self, raw: bytes, passed: FilterDecision) -> None:
+        """Remember the nodes a filter passed, under ``raw``, the JSON of the list its reply
+        carries: kube-scheduler sends prioritize that very list (in that order, and encoded
+        alike), which then skips decoding, checking and looking up the names again. The names
+        were checked as the filter's candidates."""
+        made = Candidates(passed.passed)
+        if passed.passed_slots is not None:
+            made.safe, made.known, made.version = passed.passed_slots
+        self._keep(raw, made)
+
+    def _keep(self, raw: bytes, made: Candidates) -> None:
+        cache = self._candidates
+        if raw in cache:
+            return
         cost = candidates_cost(raw, len(made.names))
         if cost <= CANDIDATE_CACHE_BYTES // 4:
             cache[raw] = (made, cost)
             self.candidate_bytes += cost
             while len(cache) > CANDIDATE_CACHE_SIZE or self.candidate_bytes > CANDIDATE_CACHE_BYTES:
                 self.candidate_bytes -= cache.popitem(last=False)[1][1]
-        return made
 
     def remembered_candidates(self) -> list[Candidates]:
         """The candidate lists remembered now, oldest first (for tests and introspection)."""
@@ -300,6 +322,7 @@ class Decider:
             missing=missing,
             fits=fits,
             little_room=little_room,
+            passed_slots=(safe[keep], look.known[keep], cands.version),
         )
 
     def _class_reason(self, view: ClassFits, slot: int, name: str, threshold: float) -> str:
@@ -377,7 +400,10 @@ class Decider:
         keep = ~fail & look.fresh if unresolvable else ~fail
         # Keep the input order, so the reply is a subsequence of the request.
         passed = list(compress(names, keep.tolist()))
-        return FilterDecision(passed, failed, unresolvable, stale=stale, missing=missing)
+        slots = (look.safe[keep], look.known[keep], cands.version)
+        return FilterDecision(
+            passed, failed, unresolvable, stale=stale, missing=missing, passed_slots=slots
+        )
 
     def prioritize(
         self, pod: PodFacts, candidates: list[str] | Candidates, now: float

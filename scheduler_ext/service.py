@@ -451,6 +451,8 @@ class ExtenderService:
         if cache_capable:
             reply = wire.encode(wire.FilterResultNames(d.passed, d.failed, d.unresolvable))
             summary = reply
+            if d.passed and len(d.passed) < len(names):  # all passed: the request's list
+                self.decider.expect(wire.encode(d.passed), d)
         else:
             raw_list: wire.RawNodeList | msgspec.Raw
             if len(d.passed) == len(names):

@@ -1,8 +1,12 @@
 """The service remembers the facts of recent Pods by their JSON: the prioritize that follows a
 filter reuses them, a changed Pod is never answered with the old facts, and the memory is
-bounded."""
+bounded. The prioritize reuses the filter's passed list too."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
 
 from scheduler_ext import service as service_module
 
@@ -50,3 +54,27 @@ async def test_the_memory_of_pods_is_bounded(make_extender: MakeExtender) -> Non
     assert len(memo) == kept
     assert "p-0" not in {f.name for f in memo.values()}  # the oldest went first
     assert ext.service._pod_facts_bytes == sum(len(raw) for raw in memo)
+
+
+async def test_prioritize_reuses_the_list_the_filter_passed(
+    make_extender: MakeExtender, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kube-scheduler sends prioritize the very list the filter's reply passed, encoded as Go
+    encodes it (compact): the extender remembers it with the filter's lookups and does not decode
+    or check it again."""
+    ext = await make_extender()
+    names = [f"n{i}" for i in range(60)]  # above the per-node loop's size: the vectorised path
+    for i, name in enumerate(names):
+        ext.feed(name, 0.5 if i % 3 == 0 else 5.0)
+    pod = pod_object("web-1", spec__schedulerName="carico-scheduler")
+    status, reply = await ext.post("filter", extender_args(pod, names))
+    assert status == 200 and 0 < len(reply["NodeNames"]) < len(names)
+    expected = await ext.post("prioritize", extender_args(pod, reply["NodeNames"]))
+
+    def no_decoding(raw: bytes) -> list[str]:
+        raise AssertionError("the passed list was decoded again")
+
+    monkeypatch.setattr(ext.service, "_names", no_decoding)
+    body = {"Pod": pod, "Nodes": None, "NodeNames": reply["NodeNames"]}
+    compact = json.dumps(body, separators=(",", ":")).encode()  # as kube-scheduler sends it
+    assert await ext.post("prioritize", compact) == expected

@@ -242,3 +242,36 @@ def test_remembered_candidate_lists_follow_table_changes(make_report: MakeReport
     with pytest.raises(ValueError):
         d.candidates(b"[", decode)
     assert decoded.count(b"[") == 2
+
+
+def test_the_passed_list_is_remembered_for_the_prioritize_that_follows(
+    make_report: MakeReport,
+) -> None:
+    """kube-scheduler asks prioritize about exactly the list the filter passed, encoded as Go
+    encodes a []string (compact, as msgspec): remembered with its slots, it is not decoded,
+    checked or looked up again, and decides as the names would."""
+    import json
+
+    from scheduler_ext import wire
+
+    table = CapacityTable(Thresholds(threshold=1.0, stale_after=10.0))
+    names = [f"n{i}" for i in range(300)]  # above both loop thresholds: the vectorised path
+    for i, name in enumerate(names[:280]):
+        table.ingest(make_report(name, float(i % 4)), "s", now=0.0)
+    d = Decider(table, ExemptionPolicy())
+    decision = d.filter(POD, names, 1.0)
+    assert 0 < len(decision.passed) < len(names)  # some fail (free 0)
+    raw = wire.encode(decision.passed)
+    assert raw == json.dumps(decision.passed, separators=(",", ":")).encode()
+    d.expect(raw, decision)
+
+    def decode(b: bytes) -> list[str]:
+        raise AssertionError("a remembered list is not decoded again")
+
+    kept = d.candidates(raw, decode)
+    assert kept.names == decision.passed and kept.safe is not None
+    assert d.prioritize(POD, kept, 1.0) == d.prioritize(POD, list(decision.passed), 1.0)
+    # the slots move on with the table: a new layout resolves the names again
+    table.forget_older_than(now=20.0, age=19.0)
+    table.ingest(make_report("other", 9.0), "s", now=20.0)
+    assert d.prioritize(POD, kept, 20.0) == d.prioritize(POD, list(decision.passed), 20.0)
