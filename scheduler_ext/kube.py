@@ -135,7 +135,9 @@ def _ignore(_: object) -> None:
 
 
 # A Pending pod as both consumers of the Pending-pods watch see it.
-PendingPod = tuple[PodState, Unscheduled]
+# The ledger's view is None for an unbound pod, of no concern to it: the pod's facts (its class,
+# its requests) are then not derived at all, for the creation and kube-scheduler's verdicts.
+PendingPod = tuple[PodState | None, Unscheduled]
 
 
 def unscheduled_of(pod: ApiPod, *, deleted: bool = False) -> Unscheduled:
@@ -157,7 +159,7 @@ def unscheduled_of(pod: ApiPod, *, deleted: bool = False) -> Unscheduled:
 def parse_pending_list(body: bytes) -> tuple[list[PendingPod], str]:
     """The Pending pods of a raw PodList response, for the ledger and the trigger at once."""
     parsed = _decode_list(body)
-    pods = [(pod_state(p), unscheduled_of(p)) for p in parsed.items or ()]
+    pods = [(_bound_state(p), unscheduled_of(p)) for p in parsed.items or ()]
     return pods, (parsed.metadata or ListMeta()).resourceVersion
 
 
@@ -167,7 +169,12 @@ def parse_pending_line(line: bytes) -> WatchLine[PendingPod]:
     if pod is None:
         return kind, version, None
     deleted = kind == "DELETED"
-    return kind, version, (pod_state(pod, deleted=deleted), unscheduled_of(pod, deleted=deleted))
+    return kind, version, (_bound_state(pod, deleted), unscheduled_of(pod, deleted=deleted))
+
+
+def _bound_state(pod: ApiPod, deleted: bool = False) -> PodState | None:
+    bound = pod.spec is not None and pod.spec.nodeName
+    return pod_state(pod, deleted=deleted) if bound else None
 
 
 def fetch_cluster_lists(api_client: Any) -> list[bytes]:
@@ -290,12 +297,12 @@ class KubernetesCluster:
         in its lists and every event, in which a bound pod is gone from its view."""
 
         def listed(pods: list[PendingPod]) -> None:
-            on_list([state for state, _ in pods if state.node])
-            on_unscheduled_list([view for state, view in pods if not state.node])
+            on_list([state for state, _ in pods if state is not None])
+            on_unscheduled_list([view for state, view in pods if state is None])
 
         def event(pod: PendingPod) -> None:
             state, view = pod
-            if state.node:
+            if state is not None:
                 on_event(state)
             on_unscheduled_event(view)
 

@@ -36,17 +36,14 @@ def line(event: dict[str, Any]) -> bytes:
     return json.dumps(event).encode()
 
 
-def test_a_list_gives_both_views_of_every_pending_pod() -> None:
+def test_a_list_gives_each_pending_pod_to_the_ledger_or_the_trigger() -> None:
     body = {"kind": "PodList", "metadata": {"resourceVersion": "44"}, "items": [STUCK, BOUND]}
     pods, version = parse_pending_list(json.dumps(body).encode())
     assert version == "44"
     (stuck_state, stuck_view), (bound_state, bound_view) = pods
-    assert (stuck_state.facts.key, stuck_state.node, stuck_state.phase) == (
-        "shop/web-1",
-        "",
-        "Pending",
-    )
+    assert stuck_state is None  # unbound: no concern of the ledger, its facts not derived
     assert stuck_view == Unscheduled("shop/web-1", "carico-scheduler", True)
+    assert bound_state is not None
     assert (bound_state.facts.key, bound_state.node, bound_state.facts.uid) == (
         "shop/web-2",
         "n1",
@@ -59,14 +56,15 @@ def test_a_list_gives_both_views_of_every_pending_pod() -> None:
 def test_watch_lines() -> None:
     kind, version, pod = parse_pending_line(line({"type": "ADDED", "object": STUCK}))
     assert (kind, version) == ("ADDED", "41") and pod is not None
-    assert pod[1] == Unscheduled("shop/web-1", "carico-scheduler", True)
+    assert pod == (None, Unscheduled("shop/web-1", "carico-scheduler", True))
     # A binding arrives as MODIFIED with the node: the ledger's pod, the trigger's gone.
     bound = {**STUCK, "spec": {**STUCK["spec"], "nodeName": "n2"}}  # type: ignore[dict-item]
     _, _, pod = parse_pending_line(line({"type": "MODIFIED", "object": bound}))
-    assert pod is not None and pod[0].node == "n2" and not pod[0].deleted and pod[1].gone
+    assert pod is not None and pod[0] is not None and pod[1].gone
+    assert pod[0].node == "n2" and not pod[0].deleted
     # Leaving Pending arrives as DELETED: both see the pod go.
     _, _, pod = parse_pending_line(line({"type": "DELETED", "object": BOUND}))
-    assert pod is not None and pod[0].deleted and pod[1].gone
+    assert pod is not None and pod[0] is not None and pod[0].deleted and pod[1].gone
     bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}}
     assert parse_pending_line(line(bookmark)) == ("BOOKMARK", "9", None)
     gone = {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
