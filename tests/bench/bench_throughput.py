@@ -30,7 +30,9 @@ samples from the first scheduled pod) and over the whole phase, kube-scheduler's
 ``scheduler_scheduling_attempt_duration_seconds`` and
 ``scheduler_pod_scheduling_sli_duration_seconds`` percentiles and its failed attempts, the
 extender's own request latencies, each component's CPU seconds over the measured phase (where the
-time goes), the API server's requests and pod watch events per pod, and the ratios to
+time goes) and, apart, the CPU it uses idle (5 s with no pod to schedule, before the phase for all
+but kube-scheduler, after it for kube-scheduler) with what each pod costs beyond that rate, the
+API server's requests and pod watch events per pod, and the ratios to
 kube-scheduler alone and to the trivial extender. After each Carico
 configuration every node's bound pods are checked against what the filter admits for its avail
 (``admissible``); with Carico binding an excess fails the benchmark (without it kube-scheduler
@@ -132,6 +134,13 @@ class Result:
     retried: float = 0.0  # attempts that did not schedule (unschedulable or error)
     scheduled: int = 0  # pods bound in the measured phase (all of them unless the budget ended it)
     api: dict[str, float] = field(default_factory=dict)  # api_load over the measured phase
+    idle: dict[str, float] = field(default_factory=dict)  # CPU cores each used with no pod to do
+    phase_s: float = 0.0  # the measured phase's length
+
+    def per_pod_net(self, name: str) -> float:
+        """CPU ms per pod beyond what the process costs idle over the same time."""
+        spent = self.cpu.get(name, 0.0) - self.idle.get(name, 0.0) * self.phase_s
+        return 1000 * spent / self.scheduled
 
     @property
     def average(self) -> float:
@@ -327,9 +336,13 @@ async def measure(
             first, last = await api.create_pods(NAMESPACE, names, math.inf, CARICO_PROFILE)
             create_rate = pods / max(1e-9, last - first)
         await watch.start()
+        # What time alone costs every process while nothing is scheduled (the reports, the
+        # watches, the API server's own upkeep); kube-scheduler's is measured after the run.
+        idle = await _idle_rates(procs)
         ext_before = await _scrape(api, ext.metrics_url) if ext.metrics_url else ""
         api_before = api_load(await api.get_url(api.server + "/metrics"))
         cpu_before = {k: cpu_seconds(p) for k, p in procs.items()}
+        phase_start = time.monotonic()
         spy = _profile(ext.pid, profile, config.name)
         cp.restart_scheduler(entries, profiles=(DEFAULT_PROFILE, CARICO_PROFILE))
         procs["kube-scheduler"] = cp.components["kube-scheduler"].pid
@@ -341,9 +354,11 @@ async def measure(
             first, last = await created
             create_rate = pods / max(1e-9, last - first)
         cpu = {k: cpu_seconds(p) - cpu_before[k] for k, p in procs.items()}
+        phase_s = time.monotonic() - phase_start
         if spy is not None:
             spy.send_signal(signal.SIGINT)  # py-spy writes its profile on SIGINT
             spy.wait(60)
+        idle.update(await _idle_rates({"kube-scheduler": procs["kube-scheduler"]}))
         await watch.stop()
         sched = await api.get_url(f"https://127.0.0.1:{cp.scheduler_port}/metrics")
         api_after = api_load(await api.get_url(api.server + "/metrics"))
@@ -360,6 +375,8 @@ async def measure(
             create_rate=create_rate,
             scheduled=len(times),
             api={k: v - api_before[k] for k, v in api_after.items()},
+            idle=idle,
+            phase_s=phase_s,
         )
         attempts = "scheduler_schedule_attempts_total"
         result.retried = counter(sched, attempts, {"profile": CARICO_PROFILE}) - counter(
@@ -385,6 +402,16 @@ async def measure(
     finally:
         ext.stop()
         await api.delete_pods(NAMESPACE)
+
+
+IDLE_SECONDS = 5.0
+
+
+async def _idle_rates(procs: dict[str, int | None]) -> dict[str, float]:
+    """Each process's CPU cores over IDLE_SECONDS of no scheduling."""
+    before = {k: cpu_seconds(p) for k, p in procs.items()}
+    await asyncio.sleep(IDLE_SECONDS)
+    return {k: (cpu_seconds(p) - before[k]) / IDLE_SECONDS for k, p in procs.items()}
 
 
 def _profile(pid: int | None, into: Path | None, name: str) -> subprocess.Popen[bytes] | None:
@@ -439,6 +466,14 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
         cells = " ".join(
             f"{r.cpu.get(n, 0):7.1f} ({1000 * r.cpu.get(n, 0) / r.scheduled:5.2f})" for n in names
         )
+        print(f"{r.config.name:22s} {cells}")
+    print(
+        "\nCPU cores each process used idle (no pod to schedule: the reports, the watches, the API"
+        "\nserver's upkeep), and CPU ms per pod beyond that rate over the measured phase:"
+    )
+    print("config                 " + " ".join(f"{n:>16s}" for n in names))
+    for r in results:
+        cells = " ".join(f"{r.idle.get(n, 0):7.3f} ({r.per_pod_net(n):5.2f})" for n in names)
         print(f"{r.config.name:22s} {cells}")
     print("\nAPI server over the measured phase, per pod: requests (not watches), pod watch events")
     print("sent to all watchers and their KB")
