@@ -17,7 +17,7 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from carico.cliargs import (
     EVENT_LOOPS,
@@ -41,6 +41,8 @@ from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_ap
 from scheduler_ext.ledger import StaleData
 from scheduler_ext.repack.service import (
     MODES,
+    OnUnscheduledEvent,
+    OnUnscheduledList,
     PlanRunner,
     RepackService,
     RepackSettings,
@@ -51,6 +53,20 @@ from scheduler_ext.service import ExtenderService, PodWatch, Settings
 from scheduler_ext.shape import DEFAULT_WEIGHTS, ScoreShape, parse_shape, parse_weights
 
 log = logging.getLogger("scheduler_ext")
+
+
+@runtime_checkable
+class PendingWatchSource(Protocol):
+    """A cluster that watches every Pending pod once for both the ledger and the repack trigger
+    (``kube.KubernetesCluster``, imported only when a real cluster is used)."""
+
+    async def run_pending_watch(
+        self,
+        on_list: OnList,
+        on_event: OnEvent,
+        on_unscheduled_list: OnUnscheduledList,
+        on_unscheduled_event: OnUnscheduledEvent,
+    ) -> None: ...
 
 
 def http_host(host: str | None, tls: bool) -> str:
@@ -490,15 +506,12 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
     # A real cluster (kube.KubernetesCluster) watches every Pending pod once for the ledger and
     # the repack trigger: two watches would each get an event for every binding
     # (docs/architecture.md#pod-watches). The in-memory twin keeps a watch for each.
-    run_pending = getattr(cluster, "run_pending_watch", None)
-    if repack is not None and run_pending is not None:
+    if repack is not None and isinstance(cluster, PendingWatchSource):
         on_list, on_event = repack.on_unscheduled_list, repack.on_unscheduled_event
+        source = cluster
 
         def pod_watch(ledger_list: OnList, ledger_event: OnEvent) -> Coroutine[Any, Any, None]:
-            coroutine: Coroutine[Any, Any, None] = run_pending(
-                ledger_list, ledger_event, on_list, on_event
-            )
-            return coroutine
+            return source.run_pending_watch(ledger_list, ledger_event, on_list, on_event)
 
     elif repack is not None:
         assert isinstance(cluster, RepackSource)

@@ -23,7 +23,7 @@ runs for every pod over up to thousands of candidates. Neighbours: ``capacity`` 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import compress, repeat
 
@@ -68,6 +68,17 @@ class FilterDecision:
     passed_slots: tuple[np.ndarray, np.ndarray, int] | None = field(
         default=None, compare=False, repr=False
     )
+
+    def fail(self, reasons: Mapping[str, str]) -> None:
+        """Fail these passed nodes after all, with their reasons (the passed nodes' slots follow,
+        so the two stay aligned)."""
+        keep = [name not in reasons for name in self.passed]
+        self.passed = list(compress(self.passed, keep))
+        if self.passed_slots is not None:
+            safe, known, version = self.passed_slots
+            mask = np.asarray(keep, dtype=bool)
+            self.passed_slots = (safe[mask], known[mask], version)
+        self.failed.update(reasons)
 
 
 @dataclass
@@ -162,8 +173,9 @@ class Decider:
         alike), which then skips decoding, checking and looking up the names again. The names
         were checked as the filter's candidates."""
         made = Candidates(passed.passed)
-        if passed.passed_slots is not None:
-            made.safe, made.known, made.version = passed.passed_slots
+        slots = passed.passed_slots
+        if slots is not None and len(slots[0]) == len(passed.passed):  # else resolved again
+            made.safe, made.known, made.version = slots
         self._keep(raw, made)
 
     def _keep(self, raw: bytes, made: Candidates) -> None:

@@ -294,7 +294,8 @@ class KubernetesCluster:
         """``run_pod_watch`` and the repack trigger's watch of unbound pods in one: list, then
         watch every Pending pod until cancelled. The ledger gets what ``run_pod_watch`` gives it
         (bound pods, and a pod leaving Pending as a deletion); the trigger gets the unbound pods
-        in its lists and every event, in which a bound pod is gone from its view."""
+        in its lists and every event, in which a bound pod is gone from its view. A callback
+        that raises makes the watch list again, for both."""
 
         def listed(pods: list[PendingPod]) -> None:
             on_list([state for state, _ in pods if state is not None])

@@ -416,11 +416,12 @@ class ExtenderService:
                 break
         self.metrics.in_flight_waits.labels(waited if not conflicts else "refused").inc()
         if conflicts:
-            d.passed = [n for n in d.passed if n not in conflicts]
-            for node, pods in conflicts.items():
-                d.failed[node] = (
-                    f"carico: room held for pods being bound: {', '.join(sorted(pods))}"
-                )
+            d.fail(
+                {
+                    node: f"carico: room held for pods being bound: {', '.join(sorted(pods))}"
+                    for node, pods in conflicts.items()
+                }
+            )
         if holds:  # not the nodes it failed just now: they are held by others
             self._hold(facts, [(n, c) for n, c in room if n not in conflicts], now)
         return self._filter_reply(facts, cands, body, cache_capable, d, now)

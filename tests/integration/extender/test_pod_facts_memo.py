@@ -63,12 +63,14 @@ async def test_prioritize_reuses_the_list_the_filter_passed(
     encodes it (compact): the extender remembers it with the filter's lookups and does not decode
     or check it again."""
     ext = await make_extender()
-    names = [f"n{i}" for i in range(60)]  # above the per-node loop's size: the vectorised path
+    # more than the per-node loops take (decisions.SMALL_FILTER, SMALL_PRIORITIZE): the filter
+    # looks the names up in the table, and the prioritize reads its slots
+    names = [f"n{i}" for i in range(260)]
     for i, name in enumerate(names):
         ext.feed(name, 0.5 if i % 3 == 0 else 5.0)
     pod = pod_object("web-1", spec__schedulerName="carico-scheduler")
     status, reply = await ext.post("filter", extender_args(pod, names))
-    assert status == 200 and 0 < len(reply["NodeNames"]) < len(names)
+    assert status == 200 and 64 < len(reply["NodeNames"]) < len(names)
     expected = await ext.post("prioritize", extender_args(pod, reply["NodeNames"]))
 
     def no_decoding(raw: bytes) -> list[str]:

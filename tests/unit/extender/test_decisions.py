@@ -271,7 +271,17 @@ def test_the_passed_list_is_remembered_for_the_prioritize_that_follows(
     kept = d.candidates(raw, decode)
     assert kept.names == decision.passed and kept.safe is not None
     assert d.prioritize(POD, kept, 1.0) == d.prioritize(POD, list(decision.passed), 1.0)
+    # Failing some passed nodes afterwards (nodes held by pods in flight) keeps the passed
+    # nodes' slots aligned with them.
+    dropped = {decision.passed[0]: "held", decision.passed[-1]: "held"}
+    decision.fail(dropped)
+    assert dropped.keys() <= decision.failed.keys()
+    shorter = wire.encode(decision.passed)
+    d.expect(shorter, decision)
+    after = d.candidates(shorter, decode)
+    assert after.safe is not None and len(after.safe) == len(decision.passed)
+    assert d.prioritize(POD, after, 1.0) == d.prioritize(POD, list(decision.passed), 1.0)
     # the slots move on with the table: a new layout resolves the names again
     table.forget_older_than(now=20.0, age=19.0)
     table.ingest(make_report("other", 9.0), "s", now=20.0)
-    assert d.prioritize(POD, kept, 20.0) == d.prioritize(POD, list(decision.passed), 20.0)
+    assert d.prioritize(POD, kept, 20.0) == d.prioritize(POD, list(kept.names), 20.0)
