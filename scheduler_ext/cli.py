@@ -17,7 +17,7 @@ import logging
 import signal
 import sys
 from collections.abc import Coroutine
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from carico.cliargs import (
     EVENT_LOOPS,
@@ -41,32 +41,15 @@ from scheduler_ext.http_server import DEFAULT_MAX_BODY, DEFAULT_PREFIX, build_ap
 from scheduler_ext.ledger import StaleData
 from scheduler_ext.repack.service import (
     MODES,
-    OnUnscheduledEvent,
-    OnUnscheduledList,
     PlanRunner,
     RepackService,
     RepackSettings,
     RepackSource,
-    UnscheduledWatch,
 )
 from scheduler_ext.service import ExtenderService, PodWatch, Settings
 from scheduler_ext.shape import DEFAULT_WEIGHTS, ScoreShape, parse_shape, parse_weights
 
 log = logging.getLogger("scheduler_ext")
-
-
-@runtime_checkable
-class PendingWatchSource(Protocol):
-    """A cluster that watches every Pending pod once for both the ledger and the repack trigger
-    (``kube.KubernetesCluster``, imported only when a real cluster is used)."""
-
-    async def run_pending_watch(
-        self,
-        on_list: OnList,
-        on_event: OnEvent,
-        on_unscheduled_list: OnUnscheduledList,
-        on_unscheduled_event: OnUnscheduledEvent,
-    ) -> None: ...
 
 
 def http_host(host: str | None, tls: bool) -> str:
@@ -502,29 +485,23 @@ async def serve(args: argparse.Namespace, cluster: Cluster | None = None) -> int
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     pod_watch: PodWatch | None = None
-    unscheduled_watch: UnscheduledWatch | None = None
-    # A real cluster (kube.KubernetesCluster) watches every Pending pod once for the ledger and
-    # the repack trigger: two watches would each get an event for every binding
-    # (docs/architecture.md#pod-watches). The in-memory twin keeps a watch for each.
-    if repack is not None and isinstance(cluster, PendingWatchSource):
+    if repack is not None:
+        # One watch of every Pending pod feeds the ledger and the repack trigger: two would each
+        # get an event for every binding (docs/architecture.md#pod-watches).
+        assert isinstance(cluster, RepackSource)
         on_list, on_event = repack.on_unscheduled_list, repack.on_unscheduled_event
         source = cluster
 
         def pod_watch(ledger_list: OnList, ledger_event: OnEvent) -> Coroutine[Any, Any, None]:
             return source.run_pending_watch(ledger_list, ledger_event, on_list, on_event)
 
-    elif repack is not None:
-        assert isinstance(cluster, RepackSource)
-        unscheduled_watch = cluster.run_unscheduled_watch
     background = asyncio.create_task(
         service.run_background(pod_watch=pod_watch), name="extender-background"
     )
     stopper = asyncio.create_task(stop.wait())
     tasks = {background, stopper}
     if repack is not None:
-        tasks.add(
-            asyncio.create_task(repack.run_background(unscheduled_watch), name="repack-background")
-        )
+        tasks.add(asyncio.create_task(repack.run_background(None), name="repack-background"))
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done - {stopper}:

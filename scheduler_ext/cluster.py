@@ -296,6 +296,19 @@ class InMemoryCluster:
                 item["status"] = {"disruptionsAllowed": self.disruptions_allowed(item)}
         return [json.dumps(document).encode()]
 
+    async def run_pending_watch(
+        self,
+        on_list: OnList,
+        on_event: OnEvent,
+        on_unscheduled_list: Callable[[list[Unscheduled]], None],
+        on_unscheduled_event: Callable[[Unscheduled], None],
+    ) -> None:
+        """The ledger's pod watch and the repack trigger's, as ``KubernetesCluster`` gives both
+        from one watch; here they are the two watches above, run together."""
+        async with asyncio.TaskGroup() as both:
+            both.create_task(self.run_pod_watch(on_list, on_event))
+            both.create_task(self.run_unscheduled_watch(on_unscheduled_list, on_unscheduled_event))
+
     async def run_unscheduled_watch(
         self,
         on_list: Callable[[list[Unscheduled]], None],

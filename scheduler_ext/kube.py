@@ -130,10 +130,6 @@ def parse_watch_line(line: bytes) -> WatchLine[PodState]:
     return kind, version, pod_state(pod, deleted=kind == "DELETED")
 
 
-def _ignore(_: object) -> None:
-    pass
-
-
 # A Pending pod as both consumers of the Pending-pods watch see it.
 # The ledger's view is None for an unbound pod, of no concern to it: the pod's facts (its class,
 # its requests) are then not derived at all, for the creation and kube-scheduler's verdicts.
@@ -311,16 +307,7 @@ class KubernetesCluster:
             "/api/v1/pods", PENDING, parse_pending_list, parse_pending_line, listed, event
         )
 
-    # -- repacking: the unbound pods and the whole cluster -------------------------------
-
-    async def run_unscheduled_watch(
-        self,
-        on_list: Callable[[list[Unscheduled]], None],
-        on_event: Callable[[Unscheduled], None],
-    ) -> None:
-        """The repack trigger's feed alone (``run_pending_watch`` with no ledger) until
-        cancelled; the extender uses ``run_pending_watch`` to feed both."""
-        await self.run_pending_watch(_ignore, _ignore, on_list, on_event)
+    # -- repacking: the whole cluster ----------------------------------------------------
 
     async def list_for_repack(self) -> list[bytes]:
         """Nodes, pods and PDBs as raw API list responses (``repack.live.merge_lists``)."""

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     # the solve itself happens in another process).
     from repack.problem.plan import Plan
     from repack.problem.snapshot import Snapshot
+    from scheduler_ext.ledger import PodState
     from scheduler_ext.repack.live import Computed
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,9 @@ TRIGGER_HTTP = "http"
 TRIGGER_PERIOD = "period"
 STATUS_PODS = 20  # stuck pods named by GET /api/v1/repack (the count is always whole)
 
-# (on_list, on_event) -> runs until cancelled: a watch of unbound Pending pods (the in-memory
-# cluster's; against an API server the extender's one watch of Pending pods feeds the trigger).
+# (on_list, on_event) -> runs until cancelled: a watch of unbound Pending pods (for a caller of
+# ``run_background`` of its own; the extender feeds the trigger from its one watch of Pending pods,
+# ``RepackSource.run_pending_watch``).
 OnUnscheduledList = Callable[[list[Unscheduled]], None]
 OnUnscheduledEvent = Callable[[Unscheduled], None]
 UnscheduledWatch = Callable[[OnUnscheduledList, OnUnscheduledEvent], Coroutine[Any, Any, None]]
@@ -122,13 +124,17 @@ class PlanRunner(Protocol):
 
 @runtime_checkable
 class RepackSource(Protocol):
-    """A cluster a repack can list and whose unbound pods it can watch (``kube.KubernetesCluster``,
-    ``cluster.InMemoryCluster``)."""
+    """A cluster a repack can list, whose Pending pods feed the ledger and the trigger from one
+    watch (``kube.KubernetesCluster``, ``cluster.InMemoryCluster``)."""
 
     async def list_for_repack(self) -> list[bytes]: ...
 
-    async def run_unscheduled_watch(
-        self, on_list: OnUnscheduledList, on_event: OnUnscheduledEvent
+    async def run_pending_watch(
+        self,
+        on_list: Callable[[list[PodState]], None],
+        on_event: Callable[[PodState], None],
+        on_unscheduled_list: OnUnscheduledList,
+        on_unscheduled_event: OnUnscheduledEvent,
     ) -> None: ...
 
 

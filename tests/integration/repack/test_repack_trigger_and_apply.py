@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 
 from repack.problem.plan import Plan
 from repack.problem.snapshot import Snapshot
-from scheduler_ext.cluster import InMemoryCluster
+from scheduler_ext.cluster import InMemoryCluster, OnEvent, OnList
+from scheduler_ext.pods import PodFacts
 from scheduler_ext.repack.service import (
     ExecutionReport,
     RepackService,
@@ -33,6 +35,38 @@ async def eventually(what: str, check: Any) -> None:
         await asyncio.wait_for(poll(), LIVENESS_S)
     except TimeoutError:
         pytest.fail(f"timed out waiting for {what}")
+
+
+async def test_one_pending_pod_watch_feeds_the_ledger_and_the_trigger(
+    make_repacker: MakeRepacker,
+) -> None:
+    """The wiring of ``carico extender`` (docs/architecture.md#pod-watches) on the in-memory
+    cluster: the service's pod watch is ``run_pending_watch``, which feeds the repack trigger
+    too, and the repacker runs without a watch of its own."""
+    cluster = InMemoryCluster()
+    cluster.set_objects(fragmented_cluster())
+    r = await make_repacker(cluster=cluster)
+    bound = PodFacts("shop", "web-1", "u1")
+    cluster.add_pod(bound, node="node-a")  # bound, Pending: the ledger reserves for it
+
+    def pending(ledger_list: OnList, ledger_event: OnEvent) -> Coroutine[Any, Any, None]:
+        on_list, on_event = r.repack.on_unscheduled_list, r.repack.on_unscheduled_event
+        return cluster.run_pending_watch(ledger_list, ledger_event, on_list, on_event)
+
+    tasks = [
+        asyncio.create_task(r.service.run_background(sweep_every=0.01, pod_watch=pending)),
+        asyncio.create_task(r.repack.run_background(None, every=0.01)),
+    ]
+    try:
+        await eventually("the trigger's list", lambda: r.repack.trigger.unschedulable == 1)
+        await eventually("the ledger's list", lambda: r.service.readiness.ledger_rebuilt)
+        assert [res.key for res in r.service.ledger.reservations()] == ["shop/web-1"]
+        cluster.set_phase(bound.key, "Failed")  # an event after the list ends the reservation
+        await eventually("the event", lambda: not list(r.service.ledger.reservations()))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def test_stuck_pods_trigger_one_run_per_cluster_state(make_repacker: MakeRepacker) -> None:
