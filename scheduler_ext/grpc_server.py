@@ -12,7 +12,7 @@ Neighbours: ``service`` (ingest), ``capacity`` (ordering and validation rules), 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -84,15 +84,29 @@ class GrpcServer:
         await self.server.stop(grace)
 
 
+# ``CapacityIngest.Report``: the stream of a node's reports, each as bytes, to its summary.
+ReportMethod = Callable[
+    [AsyncIterator[bytes], grpc.aio.ServicerContext], Awaitable[capacity_pb2.ReportSummary]
+]
+
+
 async def start_grpc(
     service: ExtenderService,
     address: str,
     credentials: grpc.ServerCredentials | None = None,
 ) -> GrpcServer:
     """Serve CapacityIngest on ``address`` (``host:0`` picks a free port)."""
+    return await serve_report(CapacityIngestServicer(service).Report, address, credentials)
+
+
+async def serve_report(
+    report: ReportMethod, address: str, credentials: grpc.ServerCredentials | None = None
+) -> GrpcServer:
+    """Serve ``report`` as CapacityIngest's ``Report`` on ``address`` (the extender's, or a
+    benchmark's baseline on the same server)."""
     server = grpc.aio.server()
     handler: grpc.RpcMethodHandler = grpc.stream_unary_rpc_method_handler(
-        CapacityIngestServicer(service).Report,
+        report,
         request_deserializer=None,  # bytes: Report parses (and refuses) each report itself
         response_serializer=capacity_pb2.ReportSummary.SerializeToString,
     )

@@ -32,6 +32,7 @@ from carico.cliargs import event_loop_factory  # noqa: E402
 from protos.carico.v1 import capacity_pb2  # noqa: E402
 from scheduler_ext import wire  # noqa: E402
 from scheduler_ext.cli import SWITCH_INTERVAL_S  # noqa: E402
+from scheduler_ext.grpc_server import GrpcServer, serve_report  # noqa: E402
 from scheduler_ext.http_server import start_http  # noqa: E402
 from scheduler_ext.kube import KubernetesCluster  # noqa: E402
 from scheduler_ext.pods import PodFacts  # noqa: E402
@@ -61,22 +62,9 @@ class Inputs:
     def on_event(self, pod: object) -> None:
         self.pod_events += 1
 
-    async def serve_grpc(self, port: int) -> grpc.aio.Server:
-        """``CapacityIngest`` registered as Carico's extender registers it (reports as bytes)."""
-        server = grpc.aio.server()
-        handler: grpc.RpcMethodHandler = grpc.stream_unary_rpc_method_handler(
-            self.report,
-            request_deserializer=None,
-            response_serializer=capacity_pb2.ReportSummary.SerializeToString,
-        )
-        handlers = {"Report": handler}
-        service = "carico.v1.CapacityIngest"
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, handlers),))
-        server.add_registered_method_handlers(service, handlers)
-        if server.add_insecure_port(f"127.0.0.1:{port}") == 0:
-            raise OSError(f"cannot listen for gRPC on port {port}")
-        await server.start()
-        return server
+    async def serve_grpc(self, port: int) -> GrpcServer:
+        """``CapacityIngest`` on the extender's own gRPC server (reports as bytes)."""
+        return await serve_report(self.report, f"127.0.0.1:{port}")
 
 
 def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> web.Application:
@@ -143,7 +131,7 @@ async def main(kubeconfig: str, port: int, grpc_port: int | None) -> None:
         if watch is not None:
             watch.cancel()
         if grpc_server is not None:
-            await grpc_server.stop(1.0)
+            await grpc_server.close(1.0)
         await server.close()
         await cluster.close()
 
