@@ -127,14 +127,18 @@ def _footprint(c: capacity_pb2.ClassFootprint) -> ClassFootprint:
 
 
 def _classes(msg: capacity_pb2.NodeCapacity) -> NodeClasses | None:
-    if not msg.headroom:
+    d = len(msg.headroom)
+    if not d:
         return None
-    names = tuple(msg.feature_names) or tuple(f"f{i}" for i in range(len(msg.headroom)))
+    names = tuple(msg.feature_names) or tuple(f"f{i}" for i in range(d))
     default = msg.default_footprint
+    scale = np.fromiter(
+        (x for s in msg.scale for x in (s.per_core, s.per_byte)), np.float64, 2 * len(msg.scale)
+    )
     return NodeClasses(
         feature_names=names,
-        headroom=np.array(msg.headroom, dtype=np.float64),
-        scale=np.array([(s.per_core, s.per_byte) for s in msg.scale], dtype=np.float64),
+        headroom=np.fromiter(msg.headroom, np.float64, d),
+        scale=scale.reshape(-1, 2),
         classes={c.workload_class: _footprint(c) for c in msg.classes},
         pods={c.workload_class: int(c.pods) for c in msg.classes},
         default=Footprint(default.cpu_cores, default.memory_bytes),
@@ -142,6 +146,12 @@ def _classes(msg: capacity_pb2.NodeCapacity) -> NodeClasses | None:
         cores=msg.cpu_cores,
         memory_bytes=msg.memory_bytes,
     )
+
+
+def _finite_not_negative(values: Iterable[float]) -> bool:
+    # map and min run in C: a report is checked several times faster than with a generator
+    values = tuple(values)
+    return all(map(math.isfinite, values)) and (not values or min(values) >= 0)
 
 
 def _validate_classes(msg: capacity_pb2.NodeCapacity) -> str | None:
@@ -157,7 +167,7 @@ def _validate_classes(msg: capacity_pb2.NodeCapacity) -> str | None:
         return "headroom and feature_names differ in length"
     numbers = [*msg.headroom, msg.full_level, msg.cpu_cores, msg.memory_bytes]
     numbers += [x for s in msg.scale for x in (s.per_core, s.per_byte)]
-    if not all(math.isfinite(x) and x >= 0 for x in numbers):
+    if not _finite_not_negative(numbers):
         return "headroom, scale and node size must be finite and not negative"
     if not 0 < msg.full_level <= 1:
         return f"full_level {msg.full_level} is not in (0, 1]"
@@ -165,47 +175,51 @@ def _validate_classes(msg: capacity_pb2.NodeCapacity) -> str | None:
         return f"{len(msg.classes)} classes: more than {MAX_CLASSES_PER_REPORT}"
     for c in [*msg.classes, msg.default_footprint]:
         values = (c.cpu_cores, c.memory_bytes, c.request_cpu_cores, c.request_memory_bytes)
-        if not all(math.isfinite(x) and x >= 0 for x in values):
+        if not _finite_not_negative(values):
             return f"class {c.workload_class[:60]!r}: footprints must be finite and not negative"
     for c in msg.classes:
-        if not c.workload_class or len(c.workload_class) > MAX_CLASS_NAME:
+        name = c.workload_class
+        if not name or len(name) > MAX_CLASS_NAME:
             return f"a class name is empty or longer than {MAX_CLASS_NAME} characters"
         if c.source not in SOURCES:
-            return f"class {c.workload_class[:60]!r}: unknown source {c.source[:20]!r}"
+            return f"class {name[:60]!r}: unknown source {c.source[:20]!r}"
     return None
 
 
-def validate(msg: capacity_pb2.NodeCapacity) -> str | None:
-    """Why a report must be refused, or None when it is acceptable."""
-    problem = subdomain_problem(msg.node, "node name")
-    if problem is not None:
-        return problem
-    numbers = {
-        "avail": msg.avail,
-        "k": msg.k,
-        "capacity": msg.capacity,
-        "per_pod_cost": msg.per_pod_cost,
-        "timestamp": msg.timestamp,
-        "health.model_age_seconds": msg.health.model_age_seconds,
-    }
-    for name, value in numbers.items():
-        if not math.isfinite(value):
-            return f"{name} is not finite ({value})"
-        if value < 0:
-            return f"{name} is negative ({value})"
+def validate(msg: capacity_pb2.NodeCapacity, known_node: bool = False) -> str | None:
+    """Why a report must be refused, or None when it is acceptable. ``known_node``: the node's
+    name passed this check with an earlier report (its pattern is not matched again)."""
+    if not known_node:
+        problem = subdomain_problem(msg.node, "node name")
+        if problem is not None:
+            return problem
+    h = msg.health
+    values = (msg.avail, msg.k, msg.capacity, msg.per_pod_cost, msg.timestamp, h.model_age_seconds)
+    if not _finite_not_negative(values):  # which one, and why, only for a refused report
+        numbers = zip(
+            ("avail", "k", "capacity", "per_pod_cost", "timestamp", "health.model_age_seconds"),
+            values,
+            strict=True,
+        )
+        for name, value in numbers:
+            if not math.isfinite(value):
+                return f"{name} is not finite ({value})"
+            if value < 0:
+                return f"{name} is negative ({value})"
     if msg.avail > MAX_AVAIL:
         return f"avail {msg.avail} is absurd (more than {MAX_AVAIL:g} pods)"
     if msg.timestamp <= 0:
         return "timestamp is missing"
     if msg.mode not in MODE_NAMES:
         return f"unknown mode {msg.mode}"
-    if any(not math.isfinite(x) for x in msg.features):
+    if not all(map(math.isfinite, msg.features)):
         return "features contain a non-finite value"
     if msg.feature_names and len(msg.feature_names) != len(msg.features):
         return "features and feature_names differ in length"
-    if len(msg.counted_pods) > MAX_COUNTED_PODS:
-        return f"{len(msg.counted_pods)} counted pods (at most {MAX_COUNTED_PODS})"
-    if any(len(uid) > MAX_UID for uid in msg.counted_pods):
+    counted = msg.counted_pods
+    if len(counted) > MAX_COUNTED_PODS:
+        return f"{len(counted)} counted pods (at most {MAX_COUNTED_PODS})"
+    if counted and max(map(len, counted)) > MAX_UID:
         return f"a counted pod's uid is longer than {MAX_UID} characters"
     return _validate_classes(msg) or validate_workload(msg.global_workload)
 
@@ -326,7 +340,7 @@ class CapacityTable:
         self, msg: capacity_pb2.NodeCapacity, stream: Hashable, now: float
     ) -> tuple[Ingest, str]:
         """Take a report if it is valid and newer; returns the outcome and, if refused, why."""
-        problem = validate(msg)
+        problem = validate(msg, msg.node in self._reports)  # one dict read: no lock needed
         if problem is not None:
             shown = ascii(msg.node[:64])  # a refused name may be megabytes long
             return Ingest.INVALID, f"report for node {shown} refused: {problem}"

@@ -155,15 +155,26 @@ class Decider:
         self._candidates: OrderedDict[bytes, tuple[Candidates, int]] = OrderedDict()
         self.candidate_bytes = 0  # the cost of the lists remembered (``candidates_cost``)
 
-    def candidates(self, raw: bytes, decode: Callable[[bytes], list[str]]) -> Candidates:
-        """The candidate list whose JSON is ``raw``: remembered, or ``decode(raw)`` (which may
-        raise for a bad list; nothing is remembered then)."""
+    def candidates(
+        self,
+        raw: bytes,
+        decode: Callable[[bytes], list[str]],
+        check: Callable[[list[str]], None],
+    ) -> Candidates:
+        """The candidate list whose JSON is ``raw``: remembered, or ``decode(raw)``, mapped to
+        table slots at once. ``check`` is given the names without a report and raises for a bad
+        one (names with a report passed the same check at ingest, so a list is not looked up
+        twice); nothing is remembered then."""
         cache = self._candidates
         found = cache.get(raw)
         if found is not None:
             cache.move_to_end(raw)
             return found[0]
         made = Candidates(decode(raw))
+        known = self._resolve(made)[1]
+        if not known.all():
+            names = made.names
+            check([names[i] for i in np.flatnonzero(~known).tolist()])
         self._keep(raw, made)
         return made
 
@@ -210,8 +221,9 @@ class Decider:
         stale_here = names.intersection(stale) if stale else set()
         return missing | stale_here, len(stale_here), len(missing)
 
-    def _lookup(self, cands: Candidates, now: float) -> _Lookup:
-        """Map the candidates to table slots (once per slot layout); the rest is vectorised."""
+    def _resolve(self, cands: Candidates) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates' table slots (0 where unknown) and which have a report, mapped once
+        per slot layout."""
         table = self.table
         safe, known = cands.safe, cands.known
         if safe is None or known is None or cands.version != table.slots_version:
@@ -222,6 +234,12 @@ class Decider:
             known = slots >= 0
             safe = np.where(known, slots, 0)
             cands.safe, cands.known, cands.version = safe, known, table.slots_version
+        return safe, known
+
+    def _lookup(self, cands: Candidates, now: float) -> _Lookup:
+        """Map the candidates to table slots (once per slot layout); the rest is vectorised."""
+        table = self.table
+        safe, known = self._resolve(cands)
         fresh = known & (table.received_arr[safe] > now - table.thresholds.stale_after)
         return _Lookup(safe, known, fresh)
 

@@ -245,6 +245,7 @@ class ExtenderService:
             for verb in ("filter", "prioritize", "bind", "preempt")
             for outcome in ("ok", "exempt", "bad_request", "too_large", "error", "warming_up")
         }
+        self._report_count = {outcome: m.reports.labels(outcome.value) for outcome in Ingest}
         self._node_count = {
             (verb, outcome): m.node_decisions.labels(verb, outcome)
             for verb, outcome in (
@@ -279,10 +280,10 @@ class ExtenderService:
         if len(recent) > RECENT_PODS:
             recent.popitem(last=False)
 
-    def _names(self, raw: bytes) -> list[str]:
+    @staticmethod
+    def _names(raw: bytes) -> list[str]:
         names = _decode(wire.decode_names, raw, "NodeNames: ")
         assert isinstance(names, list)
-        self._check_nodes(names)
         return names
 
     def _check_nodes(self, names: Iterable[str]) -> None:
@@ -319,7 +320,7 @@ class ExtenderService:
         facts = self._facts_of(bytes(args.Pod))
         raw = bytes(args.NodeNames)
         if raw != b"null":
-            return facts, self.decider.candidates(raw, self._names), True
+            return facts, self.decider.candidates(raw, self._names, self._check_nodes), True
         if args.Nodes is not None:
             names = [item.metadata.name if item.metadata else "" for item in args.Nodes.items or ()]
             self._check_nodes(names)
@@ -693,7 +694,7 @@ class ExtenderService:
 
     def ingest(self, msg: capacity_pb2.NodeCapacity, stream: Hashable) -> tuple[Ingest, str]:
         outcome, why = self.ledger.ingest(msg, stream, self.clock())
-        self.metrics.reports.labels(outcome.value).inc()
+        self._report_count[outcome].inc()
         return outcome, why
 
     def on_pod_list(self, pods: list[PodState]) -> None:

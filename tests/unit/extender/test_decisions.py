@@ -223,8 +223,17 @@ def test_remembered_candidate_lists_follow_table_changes(make_report: MakeReport
         result: list[str] = json.loads(b)
         return result
 
-    first = d.candidates(raw, decode)
-    assert d.candidates(raw, decode) is first and len(decoded) == 1  # decoded once, then kept
+    checked: list[list[str]] = []
+
+    def check(unknown: list[str]) -> None:
+        checked.append(unknown)
+        if "bad" in unknown:
+            raise ValueError("bad name")
+
+    first = d.candidates(raw, decode, check)
+    assert d.candidates(raw, decode, check) is first and len(decoded) == 1  # decoded once, kept
+    # Only the names without a report are checked (those with one were checked at ingest).
+    assert checked == [names[250:]]
     assert d.filter(POD, first, 1.0) == d.filter(POD, list(names), 1.0)
     # New nodes report (new slots), others are forgotten (slots freed and reused): the kept list
     # must resolve again rather than read another node's verdict from a stale slot.
@@ -233,15 +242,22 @@ def test_remembered_candidate_lists_follow_table_changes(make_report: MakeReport
     table.forget_older_than(now=20.0, age=18.0)  # drops n0..n249 (reported at 0)
     table.ingest(make_report("other", 9.0), "s", now=20.0)  # takes a freed slot
     fresh = d.filter(POD, list(names), 20.0)
-    assert d.filter(POD, d.candidates(raw, decode), 20.0) == fresh
-    assert d.prioritize(POD, d.candidates(raw, decode), 20.0) == d.prioritize(POD, names, 20.0)
+    assert d.filter(POD, d.candidates(raw, decode, check), 20.0) == fresh
+    kept = d.candidates(raw, decode, check)
+    assert d.prioritize(POD, kept, 20.0) == d.prioritize(POD, names, 20.0)
     assert fresh.failed.keys() == set(names[250:]) and fresh.missing == 250
     # A bad list is not remembered.
     with pytest.raises(ValueError):
-        d.candidates(b"[", decode)
+        d.candidates(b"[", decode, check)
     with pytest.raises(ValueError):
-        d.candidates(b"[", decode)
+        d.candidates(b"[", decode, check)
     assert decoded.count(b"[") == 2
+    # ... nor is one that fails the check.
+    bad = json.dumps(["other", "bad"]).encode()
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            d.candidates(bad, decode, check)
+    assert decoded.count(bad) == 2 and checked[-1] == ["bad"]
 
 
 def test_the_passed_list_is_remembered_for_the_prioritize_that_follows(
@@ -268,7 +284,10 @@ def test_the_passed_list_is_remembered_for_the_prioritize_that_follows(
     def decode(b: bytes) -> list[str]:
         raise AssertionError("a remembered list is not decoded again")
 
-    kept = d.candidates(raw, decode)
+    def check(unknown: list[str]) -> None:
+        raise AssertionError("a remembered list is not checked again")
+
+    kept = d.candidates(raw, decode, check)
     assert kept.names == decision.passed and kept.safe is not None
     assert d.prioritize(POD, kept, 1.0) == d.prioritize(POD, list(decision.passed), 1.0)
     # Failing some passed nodes afterwards (nodes held by pods in flight) keeps the passed
@@ -278,7 +297,7 @@ def test_the_passed_list_is_remembered_for_the_prioritize_that_follows(
     assert dropped.keys() <= decision.failed.keys()
     shorter = wire.encode(decision.passed)
     d.expect(shorter, decision)
-    after = d.candidates(shorter, decode)
+    after = d.candidates(shorter, decode, check)
     assert after.safe is not None and len(after.safe) == len(decision.passed)
     assert d.prioritize(POD, after, 1.0) == d.prioritize(POD, list(decision.passed), 1.0)
     # the slots move on with the table: a new layout resolves the names again
