@@ -15,9 +15,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from carico.names import label_problem, subdomain_problem, subdomains_problem, uid_problem
 from carico.pods import DEFAULT_EXCLUDED_NAMESPACES, DEFAULT_MANAGED_SCHEDULERS
@@ -753,22 +755,18 @@ class ExtenderService:
         log.info("woke %s: a node it was turned away from has room now", facts.key)
 
     def record_history(self, now: float) -> None:
-        """One point per node for the dashboard's chart (at each sweep)."""
+        """One point per node for the dashboard's chart (at each sweep), by columns."""
         reserved = self.table.reserved_counts()
-        reports = {r.node: r for r in self.table.reports()}
-        stale_after = self.table.thresholds.stale_after
-        self.history.record(
-            self.wall(),
-            (
-                (
-                    name,
-                    reports[name].avail if name in reports else None,
-                    reserved.get(name, 0),
-                    name not in reports or now - reports[name].received_at >= stale_after,
-                )
-                for name in sorted(set(reports) | set(reserved))
-            ),
-        )
+        reports = self.table.reports()
+        names = [r.node for r in reports]
+        names += list(reserved.keys() - set(names))  # reserved, without a report
+        avail = np.full(len(names), np.nan)  # NaN: no report
+        avail[: len(reports)] = [r.avail for r in reports]
+        received = np.full(len(names), -np.inf)
+        received[: len(reports)] = [r.received_at for r in reports]
+        held = np.fromiter(map(reserved.get, names, repeat(0)), np.float64, len(names))
+        stale = now - received >= self.table.thresholds.stale_after
+        self.history.record_columns(self.wall(), names, avail, held, stale)
 
     async def run_background(
         self, sweep_every: float = 1.0, pod_watch: PodWatch | None = None

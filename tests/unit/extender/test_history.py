@@ -53,3 +53,57 @@ def test_the_chunked_json_is_the_view() -> None:
     text = b"{" + b",".join(h.json_chunks(nodes_per_chunk=3)) + b"}"
     assert json.loads(text) == h.view()
     assert len(list(h.json_chunks(nodes_per_chunk=3))) == 3
+
+
+def test_rows_are_reused_and_blocks_added_as_nodes_come_and_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A seeded walk of nodes joining, leaving and coming back across several storage blocks
+    (4 rows each here) reads back as per-node lists of the last points would."""
+    import random
+
+    from scheduler_ext import history
+
+    monkeypatch.setattr(history, "BLOCK_ROWS", 4)
+    rng = random.Random(7)
+    h = NodeHistory(points=5)
+    expected: dict[str, list[list[float | int | bool | None]]] = {}
+    pool = [f"n{i:02d}" for i in range(14)]
+    present = set(rng.sample(pool, 6))
+    for step in range(60):
+        for name in rng.sample(pool, 3):  # each sample, a few nodes flip
+            present ^= {name}
+        sample = [
+            (
+                name,
+                None if rng.random() < 0.2 else rng.uniform(0, 9),
+                rng.randrange(4),
+                step % 3 == 0,
+            )
+            for name in sorted(present, key=lambda _: rng.random())  # order does not matter
+        ]
+        h.record(float(step), sample)
+        expected = {
+            name: [*expected.get(name, []), [float(step), avail, reserved, stale]][-5:]
+            for name, avail, reserved, stale in sample
+        }
+        assert h.view() == expected, step
+    # rows are reused: 14 nodes at most take at most 4 blocks of 4 rows (6 at the start: 2)
+    assert 2 <= len(h._blocks) <= 4
+
+
+def test_columns_record_like_tuples() -> None:
+    import numpy as np
+
+    by_columns, by_tuples = NodeHistory(points=4), NodeHistory(points=4)
+    for t in range(6):
+        by_columns.record_columns(
+            float(t),
+            ["b", "a"],
+            np.array([np.nan, t + 0.5]),
+            np.array([t, 0.0]),
+            np.array([True, False]),
+        )
+        by_tuples.record(float(t), [("a", t + 0.5, 0, False), ("b", None, t, True)])
+    assert by_columns.view() == by_tuples.view()
+    assert list(by_columns.json_chunks()) == list(by_tuples.json_chunks())
