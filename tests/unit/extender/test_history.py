@@ -107,3 +107,18 @@ def test_columns_record_like_tuples() -> None:
         by_tuples.record(float(t), [("a", t + 0.5, 0, False), ("b", None, t, True)])
     assert by_columns.view() == by_tuples.view()
     assert list(by_columns.json_chunks()) == list(by_tuples.json_chunks())
+
+
+def test_a_node_forgotten_while_its_chunks_are_written_is_left_out() -> None:
+    """The dashboard's history is written chunk by chunk, and a sweep may sample meanwhile: a
+    node forgotten since, whose row a new node took, is left out rather than shown with the new
+    node's points, and what was written is still one JSON object."""
+    h = NodeHistory(points=3)
+    h.record(1.0, [(f"n{i}", float(i), 0, False) for i in range(4)])
+    chunks = h.json_chunks(nodes_per_chunk=2)
+    first = next(chunks)
+    h.record(2.0, [("n0", 0.5, 0, False), ("n1", 1.5, 0, False), ("x", 99.0, 0, False)])
+    rest = list(chunks)
+    text = b"{" + b",".join([first, *rest]) + b"}"
+    assert json.loads(text) == {"n0": [[1.0, 0.0, 0, False]], "n1": [[1.0, 1.0, 0, False]]}
+    assert b"99" not in text
