@@ -29,8 +29,8 @@ class NodeHistory:
     Stored as columns: each node has a row in one of a few blocks of BLOCK_ROWS rows, and since
     every sample covers every node the table knows (a node missing from one is forgotten), all
     rows advance together through one ring position. A sample is then a handful of numpy
-    assignments whatever the nodes, instead of a Python call per node: at 5,000 nodes that was
-    about 10 ms of the extender's every second (docs/architecture.md#observability)."""
+    assignments whatever the nodes, instead of a Python call per node, which made most of the
+    extender's sweep (docs/architecture.md#observability)."""
 
     def __init__(self, points: int = DEFAULT_POINTS) -> None:
         if points < 1:
@@ -43,7 +43,8 @@ class NodeHistory:
         self._next = 0  # the ring position the next sample goes to, shared by every row
 
     def record(self, t: float, nodes: Iterable[tuple[str, float | None, int, bool]]) -> None:
-        """One sample of every node the table knows: (name, avail, reserved, stale)."""
+        """One sample of every node the table knows, each once: (name, avail, reserved,
+        stale)."""
         rows = list(nodes)
         self.record_columns(
             t,
@@ -63,9 +64,12 @@ class NodeHistory:
     ) -> None:
         """``record`` by columns: node names (each once), their avail (NaN: no report),
         reservations and staleness."""
+        present = set(names)
+        if len(present) != len(names):  # one row per node: a second point would take another
+            raise ValueError("a sample names a node more than once")
         rows = np.fromiter(map(self._row.get, names, repeat(-1)), np.intp, len(names))
         if len(self._row) != int(np.count_nonzero(rows >= 0)):  # some nodes are gone
-            self._forget(set(names))
+            self._forget(present)
         for i in np.flatnonzero(rows < 0).tolist():
             rows[i] = self._add(names[i])
         at = self._next

@@ -76,7 +76,7 @@ async def test_prioritize_reuses_the_list_the_filter_passed(
     def no_decoding(raw: bytes) -> list[str]:
         raise AssertionError("the passed list was decoded again")
 
-    monkeypatch.setattr(ext.service, "_names", no_decoding)
+    monkeypatch.setattr(ext.service, "_names", no_decoding)  # a list is checked only once decoded
     body = {"Pod": pod, "Nodes": None, "NodeNames": reply["NodeNames"]}
     compact = json.dumps(body, separators=(",", ":")).encode()  # as kube-scheduler sends it
     assert await ext.post("prioritize", compact) == expected

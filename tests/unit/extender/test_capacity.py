@@ -41,6 +41,14 @@ def test_invalid_reports_are_refused(
     outcome, why = table.ingest(msg, "s", now=0.0)
     assert outcome is Ingest.INVALID and fragment in why
     assert table.reports() == []
+    # A node the table knows (its name is no longer matched) is refused alike.
+    if field != "node":
+        good = make_report("n1", 2.0)
+        assert table.ingest(good, "s", now=0.0)[0] is Ingest.ACCEPTED
+        msg.sequence = good.sequence + 1
+        outcome, why = table.ingest(msg, "s", now=1.0)
+        assert outcome is Ingest.INVALID and fragment in why
+        assert [r.sequence for r in table.reports()] == [good.sequence]
 
 
 def test_feature_vectors_are_checked(make_report: MakeReport) -> None:

@@ -93,6 +93,8 @@ def test_rows_are_reused_and_blocks_added_as_nodes_come_and_go(
 
 
 def test_columns_record_like_tuples() -> None:
+    """The columns the service records (NaN for a node without a report, any order) read back
+    as the tuples would."""
     import numpy as np
 
     by_columns, by_tuples = NodeHistory(points=4), NodeHistory(points=4)
@@ -114,11 +116,26 @@ def test_a_node_forgotten_while_its_chunks_are_written_is_left_out() -> None:
     node forgotten since, whose row a new node took, is left out rather than shown with the new
     node's points, and what was written is still one JSON object."""
     h = NodeHistory(points=3)
-    h.record(1.0, [(f"n{i}", float(i), 0, False) for i in range(4)])
+    h.record(1.0, [(f"n{i}", float(i), 0, False) for i in range(6)])
     chunks = h.json_chunks(nodes_per_chunk=2)
-    first = next(chunks)
-    h.record(2.0, [("n0", 0.5, 0, False), ("n1", 1.5, 0, False), ("x", 99.0, 0, False)])
+    first = next(chunks)  # n0, n1
+    # n2 and n3 are forgotten (x takes one of their rows), n4 and n5 stay and gain a point
+    h.record(2.0, [(n, 0.5, 0, False) for n in ("n0", "n1", "n4", "n5")] + [("x", 99.0, 0, False)])
     rest = list(chunks)
     text = b"{" + b",".join([first, *rest]) + b"}"
-    assert json.loads(text) == {"n0": [[1.0, 0.0, 0, False]], "n1": [[1.0, 1.0, 0, False]]}
+    later = [[1.0, 4.0, 0, False], [2.0, 0.5, 0, False]]
+    assert json.loads(text) == {
+        "n0": [[1.0, 0.0, 0, False]],
+        "n1": [[1.0, 1.0, 0, False]],
+        "n4": later,
+        "n5": [[1.0, 5.0, 0, False], [2.0, 0.5, 0, False]],
+    }
     assert b"99" not in text
+
+
+def test_a_sample_naming_a_node_twice_is_refused() -> None:
+    h = NodeHistory(points=3)
+    h.record(1.0, [("a", 1.0, 0, False)])
+    with pytest.raises(ValueError, match="more than once"):
+        h.record(2.0, [("a", 1.0, 0, False), ("a", 2.0, 0, False)])
+    assert h.view() == {"a": [[1.0, 1.0, 0, False]]}  # nothing recorded
