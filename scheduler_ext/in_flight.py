@@ -35,12 +35,18 @@ HOLD_TTL = 1.0
 
 @dataclass(slots=True)
 class _Hold:
-    nodes: tuple[str, ...]
+    nodes: frozenset[str]
     until: float
 
 
 class InFlight:
-    """The holds of the pods that passed a filter and have not been bound yet."""
+    """The holds of the pods that passed a filter and have not been bound yet.
+
+    Kept by pod only, with no index from node to holders: a hold is taken at every filter and
+    ended at every bind, over the hundred or more nearly full nodes of a busy cluster, while only
+    the one or two pods in flight at once hold anything. So the questions about a node ("who
+    holds it?") go through the few holds with C-level set operations instead, and taking or
+    ending a hold does no per-node work in Python beyond choosing its nodes."""
 
     def __init__(self, ttl: float = HOLD_TTL, margin: int = HOLD_MARGIN) -> None:
         if not ttl > 0 or margin < 1:
@@ -48,13 +54,12 @@ class InFlight:
         self.ttl = ttl
         self.margin = margin
         self._holds: dict[str, _Hold] = {}  # pod key -> its hold
-        self._held: dict[str, set[str]] = {}  # node -> the pods holding it
 
     def __len__(self) -> int:
         return len(self._holds)
 
     def holders(self, node: str) -> frozenset[str]:
-        return frozenset(self._held.get(node, ()))
+        return frozenset(pod for pod, hold in self._holds.items() if node in hold.nodes)
 
     def conflicts(
         self, pod: str, counted: Iterable[tuple[str, float]], threshold: float
@@ -63,17 +68,30 @@ class InFlight:
         those with much room may be left out), the ones it passes only because the pods holding
         them are not counted yet: its count there less the other holders is below
         ``threshold``; with the holders of each."""
-        held = self._held
+        others = [(p, hold.nodes) for p, hold in self._holds.items() if p != pod]
         out: dict[str, frozenset[str]] = {}
-        if not held:
+        if not others:
             return out
-        for node, count in counted:
-            others = held.get(node)
-            if not others:
+        counts = dict(counted)
+        if len(others) == 1:  # the common case: one pod in flight, one set of holders
+            holder, nodes = others[0]
+            holders = frozenset((holder,))
+            # in the order passed (the reasons' order in the reply), not a set's
+            for node in [n for n in counts if n in nodes]:
+                if counts[node] - 1 < threshold:
+                    out[node] = holders
+            return out
+        held = others[0][1].union(*(nodes for _, nodes in others[1:]))
+        # a node with room for as many pods as there are others is no conflict whoever holds it
+        below = threshold + len(others)
+        sets: dict[tuple[str, ...], frozenset[str]] = {}  # one frozenset per set of holders
+        for node in [n for n in counts if n in held]:
+            count = counts[node]
+            if count >= below:
                 continue
-            n = len(others) - (pod in others)
-            if n and count - n < threshold:
-                out[node] = frozenset(others - {pod})
+            who = tuple(p for p, nodes in others if node in nodes)
+            if count - len(who) < threshold:
+                out[node] = sets.get(who) or sets.setdefault(who, frozenset(who))
         return out
 
     def hold(
@@ -83,32 +101,30 @@ class InFlight:
         each (nodes with much room may be left out): hold those with little room left.
         Replaces the pod's earlier hold. Returns the nodes held."""
         self.release(pod)
-        held = self._held
         limit = threshold + self.margin
-        nodes = []
-        for node, count in counted:
-            others = held.get(node)
-            if count - (len(others) if others else 0) < limit:
-                nodes.append(node)
+        pairs = list(counted)
+        if not pairs:
+            return 0
+        names, counts = zip(*pairs, strict=True)
+        # a node with little room is held whoever else holds it; only one with more room needs
+        # its holders counted (none with the service's list, which leaves such nodes out)
+        if max(counts) < limit:
+            nodes = frozenset(names)
+        else:
+            holds = self._holds.values()
+            nodes = frozenset(
+                node
+                for node, count in pairs
+                if count < limit or count - sum(node in h.nodes for h in holds) < limit
+            )
         if nodes:
-            self._holds[pod] = _Hold(tuple(nodes), now + self.ttl)
-            for node in nodes:
-                held.setdefault(node, set()).add(pod)
+            self._holds[pod] = _Hold(nodes, now + self.ttl)
         return len(nodes)
 
     def release(self, pod: str) -> bool:
         """The pod's hold ends (its bind came, it was seen bound or gone, or it is filtered
         again); False if it held nothing."""
-        hold = self._holds.pop(pod, None)
-        if hold is None:
-            return False
-        for node in hold.nodes:
-            holders = self._held.get(node)
-            if holders is not None:
-                holders.discard(pod)
-                if not holders:
-                    del self._held[node]
-        return True
+        return self._holds.pop(pod, None) is not None
 
     def expire(self, now: float) -> list[str]:
         """End the holds older than the TTL; the pods whose holds ended."""

@@ -598,8 +598,10 @@ def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
         metrics = release.get_text("/metrics").splitlines()
     except OSError as exc:
         metrics = [f"unanswered: {exc}"]
-    # how the reservations ended: counted by a report, or let go after the hand-over timeout
-    print("  " + " ".join(x for x in metrics if x.startswith("carico_extender_reservations_total")))
+    # how the reservations ended: counted by a report, or let go after the hand-over timeout;
+    # and the reports taken (the agent's report gate, docs/architecture.md#report-cadence)
+    shown = ("carico_extender_reservations_total", "carico_extender_reports_total")
+    print("  " + " ".join(x for x in metrics if x.startswith(shown)))
     for pod in release.pods("scheduler"):
         lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
         marks = ("WARN", "ERROR", "repack", "woke", "wake", "bind ")

@@ -38,6 +38,27 @@ def test_a_later_pod_conflicts_where_the_holders_would_leave_too_little() -> Non
     assert flight.conflicts("ns/c", counted(["two"]), 1.0) == {"two": frozenset({"ns/a", "ns/b"})}
 
 
+def test_a_node_with_more_room_is_held_when_its_holders_leave_little() -> None:
+    flight = InFlight(ttl=1.0, margin=1)
+    # threshold 1, margin 1: "two" has room for 2 pods, not fewer than 1 + 1, so a lone pod
+    # does not hold it; with one holder already it has room for 1 more, and the next pod holds it
+    assert flight.hold("ns/a", counted(["two"]), 1.0, now=0.0) == 0
+    assert flight.hold("ns/x", [("two", 1.0)], 1.0, now=0.0) == 1  # as it counted the node
+    assert flight.hold("ns/b", counted(["two", "roomy"]), 1.0, now=0.0) == 1
+    assert flight.holders("two") == {"ns/x", "ns/b"}
+
+
+def test_conflicts_name_every_holder_with_two_pods_in_flight() -> None:
+    flight = InFlight()
+    flight.hold("ns/a", counted(["one", "two"]), 1.0, now=0.0)
+    flight.hold("ns/b", counted(["two"]), 1.0, now=0.0)
+    # "one": 1 - 1 < 1; "two": 2 - 2 < 1; "roomy" is held by nobody
+    found = flight.conflicts("ns/c", counted(["one", "two", "roomy"]), 1.0)
+    assert found == {"one": {"ns/a"}, "two": {"ns/a", "ns/b"}}
+    # a holder asking again does not count itself: room for 1 less the other holder
+    assert flight.conflicts("ns/b", [("two", 1.0)], 1.0) == {"two": {"ns/a"}}
+
+
 def test_holds_end_by_release_and_by_ttl() -> None:
     flight = InFlight(ttl=1.0)
     flight.hold("ns/a", counted(["one"]), 1.0, now=0.0)
