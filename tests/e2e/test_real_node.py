@@ -604,7 +604,8 @@ def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
     print("  " + " ".join(x for x in metrics if x.startswith(shown)))
     for pod in release.pods("scheduler"):
         lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
-        marks = ("WARN", "ERROR", "repack", "woke", "wake", "bind ")
+        # the extender logs JSON lines ('"level": "warning"'), its start-up banner plain text
+        marks = ("WARN", "ERROR", '"warning"', '"error"', "repack", "woke", "wake", "bind ")
         noted = [x for x in lines if any(m in x for m in marks)]
         print(f"  {pod.metadata.name} log ({len(lines)} lines), warnings, repack, wake, bind:")
         print("    " + "\n    ".join(noted[-30:]))
