@@ -16,6 +16,7 @@ import numpy as np
 from agent.pipeline import CapacityReport
 from carico.footprint import ClassFootprint, FleetSummary, Footprint
 from carico.model import SubspaceModel, expected_workload
+from carico.pods import MAX_AVAIL
 from protos.carico.v1 import aggregator_pb2, capacity_pb2
 
 MODES = {
@@ -162,7 +163,9 @@ def node_capacity_message(
     """
     msg = capacity_pb2.NodeCapacity(
         node=node,
-        avail=_finite(report.avail),
+        # Capped where the extender refuses a report: a runaway one-cost estimate must not make
+        # it refuse the rest (the per-class data) and count the node as without data.
+        avail=min(_finite(report.avail), MAX_AVAIL),
         k=_finite(report.k),
         capacity=_finite(report.capacity),  # 0 until the first usable observation
         per_pod_cost=_finite(report.per_pod_cost),

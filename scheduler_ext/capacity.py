@@ -36,15 +36,13 @@ from carico.footprint import (
     Footprint,
 )
 from carico.names import MAX_SUBDOMAIN, subdomain_problem
-from carico.pods import MAX_CLASS_NAME, MAX_COUNTED_PODS, MAX_UID, Requests
+from carico.pods import MAX_AVAIL, MAX_CLASS_NAME, MAX_COUNTED_PODS, MAX_UID, Requests
 from protos.carico.v1 import capacity_pb2
 from scheduler_ext.class_fit import Fit, FleetView, NodeClasses, node_fit
 from scheduler_ext.workload import GlobalWorkload, validate_workload
 
 INITIAL_SLOTS = 1024
 MAX_NODE_NAME = MAX_SUBDOMAIN  # a Node name is a DNS subdomain
-# Reports claiming more than this many free pods are absurd (kubelet's max-pods tops out far lower).
-MAX_AVAIL = 1e6
 # A node passes the filter when this many pods of the incoming pod's class fit (avail − reserved
 # for a node without per-class data).
 DEFAULT_THRESHOLD = 1.0

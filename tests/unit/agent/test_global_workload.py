@@ -1,10 +1,13 @@
-"""The agent passes the global model's expected-workload vector on to the extender.
+"""The agent's report as the extender gets it: the global model's expected-workload vector passed
+on, and an avail capped where the extender would refuse the report.
 
 The reference w is computed independently of ``SubspaceModel.top``: the square root of the largest
 eigenvalue of the second moment times its (non-negative) eigenvector, by numpy's ``eigh``.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +16,9 @@ from agent.pipeline import PipelineConfig
 from agent.service import AgentService, ServiceConfig
 from agent.wire import factor_to_wire, node_capacity_message
 from carico.model import SubspaceModel
+from carico.pods import MAX_AVAIL
 from protos.carico.v1 import aggregator_pb2
+from scheduler_ext.capacity import validate
 
 from .test_service import Clock, ConstantSource
 
@@ -101,3 +106,18 @@ def test_a_reply_without_a_model_sets_nothing() -> None:
     svc, _ = _service()
     svc.apply_global(aggregator_pb2.GlobalModel(has_model=False, version=3))
     assert svc.global_workload is None
+
+
+def test_a_runaway_avail_is_capped_where_the_extender_would_refuse_the_report() -> None:
+    # The one-cost avail runs away when the per-pod cost sits near its floor (1.19e6 pods was
+    # seen on a real node); sent as it is, the extender refused every report, per-class data
+    # included, and decided the node as one without data.
+    svc, clock = _service()
+    _report(svc, clock)
+    assert svc.last_report is not None
+    runaway = replace(svc.last_report, avail=1187009.37, per_pod_cost=1e-6)
+    msg = node_capacity_message("n1", runaway, ("cpu", "memory"), 1.7e9, None)
+    assert msg.avail == MAX_AVAIL
+    assert validate(msg) is None
+    sane = node_capacity_message("n1", svc.last_report, ("cpu", "memory"), 1.7e9, None)
+    assert sane.avail == pytest.approx(svc.last_report.avail)
