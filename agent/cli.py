@@ -138,6 +138,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_float,
         help="per-pod cost before the node learns its own and without a fleet prior",
     )
+    add_env_argument(
+        g,
+        "--max-pods",
+        default=pipe.max_pods,
+        type=positive_int,
+        help="the most pods the node runs (the kubelet's --max-pods): the one-cost avail "
+        "never passes it",
+    )
 
     g = parser.add_argument_group("modes")
     add_env_flag(
@@ -306,6 +314,7 @@ def _run(args: argparse.Namespace) -> int:
             global_ttl_s=args.global_ttl,
             full_level=args.full_level,
             max_classes=args.max_classes,
+            max_pods=args.max_pods,
         )
     except ValueError as exc:
         print(f"carico agent: {exc}", file=sys.stderr)

@@ -49,6 +49,10 @@ class PipelineConfig:
     # docs/architecture.md#cost-and-capacity).
     hold_s: float = 2.5
     prior_per_pod_cost: float = 0.1
+    # The most pods the node runs (kubelet's --max-pods, 110 by default): the one-cost avail never
+    # passes max_pods − n, and a learned per-pod cost keeps the empty node within it
+    # (docs/architecture.md#cost-and-capacity).
+    max_pods: int = 110
     # The smoothed signal sees the pod count of this many samples ago: the Dynamic EMA snaps to a
     # step after N = 3 samples and the step lands one sample later. Measured on the simulator's
     # Job ramps: k regressed on the count lagged 0..15 samples fits best at 4 (residual 0.112 vs
@@ -92,6 +96,8 @@ class PipelineConfig:
             raise ValueError("full_level must be in (0, 1]")
         if self.max_classes < 1:
             raise ValueError("max_classes must be at least 1")
+        if self.max_pods < 1:
+            raise ValueError("max_pods must be at least 1")
 
     @property
     def batch_seconds(self) -> float:
@@ -144,7 +150,9 @@ class AgentPipeline:
         d = len(self.feature_names)
         self.ema = DynamicEMA(d, **self.config.ema)
         self.estimator = CostCapacityEstimator(
-            prior_per_pod_cost=self.config.prior_per_pod_cost, hold_seconds=self.config.hold_s
+            prior_per_pod_cost=self.config.prior_per_pod_cost,
+            hold_seconds=self.config.hold_s,
+            max_pods=self.config.max_pods,
         )
         self.local: SubspaceModel | None = None
         self.global_view: GlobalView | None = None

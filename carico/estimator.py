@@ -26,7 +26,10 @@ settling and one batch; the churn filter takes those observations); none at all 
 the caller flags k as censored (the clamp at 0 censors the measurement, so a full node would
 teach a too-low cost); the cost is never learned from a window (or a churn observation) at n = 0;
 innovations beyond ``gate_sigmas``·√S are rejected, and after ``max_rejects`` consecutive rejects
-P is inflated (the workload changed); p̂ ≥ ``min_per_pod_cost`` > 0 and ĉ ≥ 0.
+P is inflated (the workload changed); a differenced measurement p_meas ≤ 0 (k did not fall as
+pods came) is set aside, not rejected: it says the pods do not load what limits k, not what they
+cost; p̂ ≥ ``min_per_pod_cost`` > 0, a learned p̂ ≥ ĉ/``max_pods`` (the node holds at most
+``max_pods`` pods, kubelet's ``--max-pods``) and ĉ ≥ 0; avail is at most ``max_pods`` − n.
 
 A fleet prior that arrives during churn pivots the line where the churn filter saw it (or through
 the last observation): ĉ is stale while the capacity filter halts.
@@ -90,6 +93,7 @@ class CostCapacityEstimator:
         churn_lag_pods: float = 1.0,
         churn_min_span: float = 1.0,
         churn_max_rel_std: float = 0.2,
+        max_pods: int = 110,
     ) -> None:
         _positive("prior_per_pod_cost", prior_per_pod_cost)
         _positive("prior_rel_std", prior_rel_std)
@@ -112,6 +116,7 @@ class CostCapacityEstimator:
             ("quiet_window", quiet_window, 3),
             ("max_rejects", max_rejects, 1),
             ("max_cost_rejects", max_cost_rejects, 1),
+            ("max_pods", max_pods, 1),
         ):
             if not isinstance(count, int) or count < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {count!r}")
@@ -129,6 +134,7 @@ class CostCapacityEstimator:
         self._max_rejects = max_rejects
         self._max_cost_rejects = max_cost_rejects
         self._min_p = float(min_per_pod_cost)
+        self._max_pods = max_pods
         self._drift2 = float(churn_drift) ** 2
         self._lag_pods = float(churn_lag_pods)
         self._min_span = float(churn_min_span)
@@ -150,6 +156,7 @@ class CostCapacityEstimator:
         self._cost_updates = 0
         self._cost_rejects = 0
         self._last_p_meas = math.nan
+        self._uninformative = 0
 
         # capacity filter (initialised by the first usable observation)
         self._c = math.nan
@@ -377,6 +384,13 @@ class CostCapacityEstimator:
         dn = n - n_before
         p_meas = (k_before - _mean(self._window)) / dn
         self._last_p_meas = p_meas
+        if p_meas <= 0.0:
+            # k did not fall as pods came (or rose as they went): these pods do not load the
+            # resource that limits k, or other load moved meanwhile. It says nothing about what
+            # a pod costs, and taken (after the rejects) it drove p̂ to its floor and avail past
+            # a million pods (docs/architecture.md#cost-and-capacity).
+            self._uninformative += 1
+            return
         # Variance of a mean of W autocorrelated samples ≈ R·(1+ρ)/((1−ρ)·W) (AR(1) approximation).
         inflate = (1.0 + self._rho) / (1.0 - self._rho)
         r_p = self._r * inflate * (1.0 / w_before + 1.0 / w_after) / (dn * dn)
@@ -393,7 +407,7 @@ class CostCapacityEstimator:
             s = p_var + r_p
         self._cost_rejects = 0
         gain = p_var / s
-        self._set_cost(max(self._p + gain * nu, self._min_p), p_var * (1.0 - gain))
+        self._set_cost(max(self._p + gain * nu, self._line_floor()), p_var * (1.0 - gain))
         self._cost_source = "learned"
         self._cost_updates += 1
 
@@ -451,7 +465,7 @@ class CostCapacityEstimator:
         self._j_rejects = 0
         g_c, g_p = ph_c / s, ph_p / s
         self._jc = max(c + g_c * nu, 0.0)
-        self._jp = max(p + g_p * nu, self._min_p)
+        self._jp = max(p + g_p * nu, self._min_p, self._jc / self._max_pods)
         self._jcc -= g_c * ph_c
         self._jcp -= g_c * ph_p
         self._jpp -= g_p * ph_p
@@ -478,6 +492,19 @@ class CostCapacityEstimator:
         self._p = p
         self._p_var = p_var
 
+    def _line_floor(self) -> float:
+        """The least p̂ that keeps ĉ/p̂ ≤ ``max_pods`` once ``_set_cost`` pivots the line.
+
+        A node runs at most ``max_pods`` pods, so the empty node holds at most that many: one pod
+        costs at least ĉ/max_pods. ``_set_cost`` keeps the line through the current operating
+        point, ĉ' = ĉ + (p − p̂)·n, so ĉ'/p ≤ M means p ≥ (ĉ − p̂·n)/(M − n): the room the line
+        predicts now, shared among the pods that may still start.
+        """
+        n = self._n or 0
+        if not math.isfinite(self._c) or n >= self._max_pods:
+            return self._min_p
+        return max((self._c - self._p * n) / (self._max_pods - n), self._min_p)
+
     def _learn_noise(self) -> None:
         """R and ρ from a completed quiet window; the window then starts afresh."""
         if len(self._quiet) < (self._quiet.maxlen or 0):
@@ -500,16 +527,21 @@ class CostCapacityEstimator:
     def avail(self, k: float, pods: int, mode: str) -> float:
         """Available capacity in pods: ``"live"`` k / p̂, ``"estimate"`` ĉ / p̂ − pods (≥ 0).
 
-        ``"estimate"`` is NaN until the first usable observation has initialised ĉ.
+        Either is at most ``max_pods`` − pods. ``"estimate"`` is NaN until the first usable
+        observation has initialised ĉ.
         """
+        if isinstance(pods, bool) or int(pods) != pods or pods < 0:
+            raise ValueError(f"pods must be an integer >= 0, got {pods!r}")
+        # no more than max_pods − pods can start, whatever the signal says (the kubelet's limit)
+        room = max(self._max_pods - pods, 0)
         if mode == "live":
             if not math.isfinite(k) or k < 0:
                 raise ValueError(f"k must be a finite number >= 0, got {k}")
-            return k / self._p
+            return min(k / self._p, room)
         if mode == "estimate":
-            if isinstance(pods, bool) or int(pods) != pods or pods < 0:
-                raise ValueError(f"pods must be an integer >= 0, got {pods!r}")
-            return max(self._c / self._p - pods, 0.0) if math.isfinite(self._c) else math.nan
+            if not math.isfinite(self._c):
+                return math.nan
+            return min(max(self._c / self._p - pods, 0.0), room)
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
 
     @property
@@ -557,6 +589,11 @@ class CostCapacityEstimator:
     def churn_updates(self) -> int:
         """Observations the churn filter took (inside churn holds)."""
         return self._churn_updates
+
+    @property
+    def uninformative_cost_measurements(self) -> int:
+        """Differenced measurements p_meas ≤ 0 that were set aside (pods that did not lower k)."""
+        return self._uninformative
 
     @property
     def last_cost_measurement(self) -> float:

@@ -51,7 +51,13 @@ def test_switches_on_the_command_line() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["--sample-hz", "0"], ["--batch", "0"], ["--metrics-port", "70000"], ["--features", "x"]],
+    [
+        ["--sample-hz", "0"],
+        ["--batch", "0"],
+        ["--metrics-port", "70000"],
+        ["--features", "x"],
+        ["--max-pods", "0"],
+    ],
 )
 def test_bad_values_are_refused(argv: list[str]) -> None:
     with pytest.raises(SystemExit):

@@ -113,6 +113,17 @@ def test_fleet_prior_sets_the_cold_start_cost() -> None:
     assert reports[-1].cost_source == "fleet"
 
 
+def test_avail_stops_at_the_nodes_max_pods() -> None:
+    """A tiny fleet prior makes k / p̂ a thousand pods; the node runs at most --max-pods."""
+    pipe = AgentPipeline(NAMES, PipelineConfig(max_pods=30))
+    assert pipe.set_fleet_prior(1e-3)
+    _, reports = drive(pipe, 0.0, 2.0, (0.3, 0.2), pods=2)
+    assert reports[-1].k / reports[-1].per_pod_cost > 1000
+    assert reports[-1].avail == 28  # 30 − the 2 running
+    with pytest.raises(ValueError, match="max_pods"):
+        PipelineConfig(max_pods=0)
+
+
 def test_pod_change_holds_estimation_and_switches_to_estimate_mode() -> None:
     pipe = AgentPipeline(NAMES, PipelineConfig(hold_s=2.5))
     t, before = drive(pipe, 0.0, 10.0, (0.3, 0.2), pods=2)

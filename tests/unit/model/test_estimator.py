@@ -279,15 +279,53 @@ def test_estimate_mode_is_nan_before_any_observation() -> None:
     assert est.avail(1.0, 3, "live") == pytest.approx(10.0)  # 1 / default prior 0.1
 
 
-def test_the_clamp_keeps_the_cost_positive() -> None:
+def test_a_cost_measurement_at_or_below_zero_is_set_aside() -> None:
+    """k rising with n would mean a negative cost: the pods do not load what limits k."""
     est = CostCapacityEstimator(prior_per_pod_cost=0.1, min_per_pod_cost=0.01)
-    # k rising with n would mean a negative cost: (1.1 − 1.3)/(6 − 2) = −0.05
+    # (1.1 − 1.3)/(6 − 2) = −0.05
     for t in range(1, 61):
         pods = 2 if t <= 30 else 6
         est.observe(float(t), 1.0 + 0.05 * pods, pods, False)
-    assert est.cost_updates == 1
     assert est.last_cost_measurement == pytest.approx(-0.05)
-    assert est.per_pod_cost == 0.01
+    assert est.uninformative_cost_measurements == 1
+    assert est.cost_updates == 0 and est.cost_source == "config"
+    assert est.per_pod_cost == 0.1
+
+
+def test_the_clamp_keeps_the_node_within_max_pods() -> None:
+    """A measurement of almost nothing per pod, taken with a wide prior: p̂ stops where the empty
+    node would hold max_pods pods, and avail never passes max_pods − n."""
+    est = CostCapacityEstimator(prior_per_pod_cost=0.1, min_per_pod_cost=1e-6, max_pods=50)
+    # k = 2.0 at 2 pods, 1.9996 at 6: p_meas = 1e-4, the empty node 2.0002 → 20,000 pods
+    for t in range(1, 61):
+        pods = 2 if t <= 30 else 6
+        est.observe(float(t), 2.0 - 1e-4 * (pods - 2), pods, False)
+    assert est.cost_updates == 1
+    assert est.last_cost_measurement == pytest.approx(1e-4)
+    assert est.capacity / est.per_pod_cost == pytest.approx(50.0, rel=1e-6)
+    assert est.avail(2.0, 6, "estimate") == pytest.approx(44.0, rel=1e-6)
+    assert est.avail(2.5, 6, "live") == 44.0  # k above the line: the kubelet's limit still holds
+    assert est.avail(2.0, 50, "live") == 0.0
+    assert est.avail(2.0, 60, "estimate") == 0.0
+
+
+def test_pods_that_leave_k_alone_do_not_run_the_cost_away() -> None:
+    """Memory pods on a CPU-limited line: k stays at 1.2 ± 0.01 while the pods go 2, 3, 4, 3, 2.
+
+    Before such measurements were set aside, two were rejected and the third taken with a gain
+    near 1: p̂ went from 0.1 to 0.0033 and then to its floor (1e-6), avail 1.2e6.
+    """
+    rng = np.random.default_rng(5)
+    est = CostCapacityEstimator(prior_per_pod_cost=0.1)
+    now = 0.0
+    for pods in (2, 3, 4, 3, 2, 3, 4, 3, 2):
+        for _ in range(15):
+            now += 1.0
+            est.observe(now, 1.2 + rng.normal(0.0, 0.01), pods, False)
+    # Whatever was taken, the node holds at most its 110 pods: ĉ/p̂ ≤ 110 (ĉ ≈ 1.2 + 2p̂).
+    assert est.capacity / est.per_pod_cost <= 110.0 * (1 + 1e-9)
+    assert est.avail(1.2, 2, "live") <= 108.0
+    assert est.avail(1.2, 2, "estimate") <= 108.0
 
 
 @pytest.mark.parametrize(
