@@ -9,7 +9,7 @@ counted that the last one did not list, avail by ``avail_delta`` pods, a headroo
 ``headroom_delta``, a class's footprint by ``footprint_rel`` of itself, the classes present or
 their pod counts, the node's size), and otherwise when ``keepalive_s`` has passed, which keeps
 the node fresh at the extender (its ``--stale-after``, 10 s by default, must stay well above
-it). ``keepalive_s`` 0, the default for now, sends every report
+it). The default is 3 s; ``keepalive_s`` 0 sends every report
 (docs/architecture.md#report-cadence).
 """
 
@@ -22,10 +22,11 @@ from agent.class_capacity import CapacityView
 from agent.pipeline import CapacityReport
 from carico.footprint import footprint_moved
 
-# Off by default (every report goes out) until the real node's burst has been measured with it
-# again: its runs with 3 s failed by the over-admission since traced to pods in flight and to the
-# agent's idle-tail readings, both fixed (docs/architecture.md#report-cadence).
-DEFAULT_KEEPALIVE_S = 0.0
+# A third of the reports of a steady node, and a node lost from three keepalives in a row still
+# fresh at the extender's default --stale-after (10 s). The real node's tests passed with it in
+# every run once pods in flight were held and the one-cost estimate could no longer run away
+# (docs/architecture.md#report-cadence).
+DEFAULT_KEEPALIVE_S = 3.0
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,7 @@ def test_agent_values_reach_its_arguments(tools: Tools) -> None:
     assert {"--full-level=0.8", "--report-keepalive=2.5"} <= set(agent["args"])
     shipped = by_key(tools.helm_template())[("DaemonSet", NS, "carico-agent")]
     (agent,) = shipped["spec"]["template"]["spec"]["containers"]
-    assert {"--full-level=0.85", "--report-keepalive=0"} <= set(agent["args"])
+    assert {"--full-level=0.85", "--report-keepalive=3"} <= set(agent["args"])
 
 
 def _extender_env(tools: Tools, values: tuple[str, ...]) -> dict[str, str]:
