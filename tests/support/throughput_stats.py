@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -210,4 +211,38 @@ def count_by(values: Iterable[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for v in values:
         out[v] = out.get(v, 0) + 1
+    return out
+
+
+# The ratios the benchmark prints and judges: (numerator, denominator) configurations.
+RATIOS = (("carico", "alone"), ("carico", "trivial"), ("floor", "trivial"), ("carico", "floor"))
+
+
+def round_ratios(averages: Mapping[str, float]) -> dict[str, float]:
+    """One round's ratios (``"carico/trivial"``...) from its pods/s by configuration; a ratio
+    whose configurations were not both measured (or measured nothing) is left out.
+
+    >>> round_ratios({"carico": 150.0, "trivial": 200.0})
+    {'carico/trivial': 0.75}
+    """
+    return {
+        f"{a}/{b}": averages[a] / averages[b]
+        for a, b in RATIOS
+        if averages.get(a, 0.0) > 0 and averages.get(b, 0.0) > 0
+    }
+
+
+def median_ratios(rounds: Sequence[Mapping[str, float]]) -> dict[str, tuple[float, list[float]]]:
+    """Each ratio's median over the rounds that have it, with its values round by round.
+
+    On a shared machine one round's ratio moves by ±20 % from run to run (docs/benchmarks.md),
+    so several rounds, their configurations in alternating order, are judged by the median.
+
+    >>> median_ratios([{"c/t": 0.7}, {"c/t": 0.9}, {"c/t": 0.8}])
+    {'c/t': (0.8, [0.7, 0.9, 0.8])}
+    """
+    out: dict[str, tuple[float, list[float]]] = {}
+    for name in dict.fromkeys(k for r in rounds for k in r):
+        values = [r[name] for r in rounds if name in r]
+        out[name] = (statistics.median(values), values)
     return out

@@ -15,9 +15,11 @@ from throughput_stats import (
     count_by,
     counter,
     histogram,
+    median_ratios,
     over_admitted,
     percentile,
     quantile,
+    round_ratios,
     samples,
     summary,
 )
@@ -176,3 +178,19 @@ def test_the_per_class_limit_is_what_the_extender_admits_of_the_feeds_reports(ro
     assert admitted == admissible_per_class(room)
     assert over_admitted({"n": admitted}, {"n": room}, per_class=True) == {}
     assert over_admitted({"n": admitted + 1}, {"n": room}, per_class=True) != {}
+
+
+def test_ratios_leave_out_what_a_round_did_not_measure() -> None:
+    ratios = round_ratios({"alone": 500.0, "trivial": 200.0, "floor": 0.0, "carico": 180.0})
+    assert ratios == pytest.approx({"carico/alone": 0.36, "carico/trivial": 0.9})
+
+
+def test_rounds_are_judged_by_the_median_of_their_ratios() -> None:
+    rounds = [
+        {"carico/trivial": 0.94, "carico/alone": 0.3},
+        {"carico/trivial": 0.59},
+        {"carico/trivial": 0.80, "carico/alone": 0.2},
+    ]
+    medians = median_ratios(rounds)
+    assert medians["carico/trivial"] == (pytest.approx(0.80), [0.94, 0.59, 0.80])
+    assert medians["carico/alone"] == (pytest.approx(0.25), [0.3, 0.2])  # two rounds: their mean
