@@ -163,8 +163,8 @@ def node_capacity_message(
     """
     msg = capacity_pb2.NodeCapacity(
         node=node,
-        # Capped where the extender refuses a report: a runaway one-cost estimate must not make
-        # it refuse the rest (the per-class data) and count the node as without data.
+        # Capped at the extender's bound, which refused a larger avail before it clamped one: an
+        # older extender must not refuse the rest (the per-class data) and count the node stale.
         avail=min(_finite(report.avail), MAX_AVAIL),
         k=_finite(report.k),
         capacity=_finite(report.capacity),  # 0 until the first usable observation

@@ -197,9 +197,9 @@ MAX_CLASS_NAME = 320
 # (a Kubernetes uid is a 36-character UUID).
 MAX_COUNTED_PODS = 256
 MAX_UID = 128
-# A report claiming more free pods than this is absurd (kubelet's max-pods tops out far lower):
-# the extender refuses it, and the agent sends no more than this (its one-cost avail can run
-# away when its per-pod cost estimate sits near the floor; docs/architecture.md#report-cadence).
+# More free pods than any node holds (kubelet's max-pods tops out far lower): the agent sends no
+# more than this, and the extender takes a larger avail as this (an older agent's one-cost
+# estimate could run away; docs/architecture.md#report-cadence).
 MAX_AVAIL = 1e6
 
 

@@ -94,7 +94,10 @@ class NodeReport:
         h = msg.health
         return cls(
             node=msg.node,
-            avail=msg.avail,
+            # An agent's runaway one-cost estimate (older agents did not cap it) is taken at the
+            # bound: refusing the report would also drop its per-class data and leave the node
+            # stale, decided by the stale-data policy (docs/architecture.md#report-cadence).
+            avail=min(msg.avail, MAX_AVAIL),
             k=msg.k,
             capacity=msg.capacity,
             per_pod_cost=msg.per_pod_cost,
@@ -204,8 +207,6 @@ def validate(msg: capacity_pb2.NodeCapacity, known_node: bool = False) -> str | 
                 return f"{name} is not finite ({value})"
             if value < 0:
                 return f"{name} is negative ({value})"
-    if msg.avail > MAX_AVAIL:
-        return f"avail {msg.avail} is absurd (more than {MAX_AVAIL:g} pods)"
     if msg.timestamp <= 0:
         return "timestamp is missing"
     if msg.mode not in MODE_NAMES:

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
-from carico.pods import MAX_COUNTED_PODS, MAX_UID
+from carico.pods import MAX_AVAIL, MAX_COUNTED_PODS, MAX_UID
 from scheduler_ext.capacity import CapacityTable, Ingest, Thresholds, fmt, validate
 
 from .conftest import MakeReport
+from .test_shape import WEB, per_class
 
 
 @pytest.mark.parametrize(
@@ -18,7 +19,6 @@ from .conftest import MakeReport
         ("avail", math.nan, "avail is not finite"),
         ("avail", math.inf, "avail is not finite"),
         ("avail", -0.5, "avail is negative"),
-        ("avail", 1e9, "absurd"),
         ("k", -1.0, "k is negative"),
         ("capacity", math.nan, "capacity is not finite"),
         ("per_pod_cost", -0.1, "per_pod_cost is negative"),
@@ -49,6 +49,21 @@ def test_invalid_reports_are_refused(
         outcome, why = table.ingest(msg, "s", now=1.0)
         assert outcome is Ingest.INVALID and fragment in why
         assert [r.sequence for r in table.reports()] == [good.sequence]
+
+
+def test_a_runaway_avail_is_taken_at_the_bound_with_its_per_class_data(
+    make_report: MakeReport,
+) -> None:
+    """An older agent's one-cost avail of 1.19e6 pods (its per-pod cost at the floor): refusing
+    the report left the node stale and, under fail-open, open to every pod."""
+    msg = per_class(make_report, "n1", 0.7)
+    msg.avail = 1.19e6
+    assert validate(msg) is None
+    table = CapacityTable()
+    assert table.ingest(msg, "s", now=0.0)[0] is Ingest.ACCEPTED
+    (report,) = table.reports()
+    assert report.avail == MAX_AVAIL
+    assert report.classes is not None and WEB in report.classes.classes
 
 
 def test_feature_vectors_are_checked(make_report: MakeReport) -> None:
