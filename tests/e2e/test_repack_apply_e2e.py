@@ -84,6 +84,22 @@ class Bed:
             "the formerly pending pod Running",
         )
 
+    def _placed_on(self, key: str) -> bool:
+        """Whether node ``key``'s three pods run there. A pod bound elsewhere raced the cordons
+        (kube-scheduler's node informer had not seen them yet, which a loaded machine can make
+        last): it is deleted, and its ReplicaSet's next pod is placed under the cordons."""
+        placed = True
+        for i in range(3):
+            pod = self.pod_of(f"rs-{key}-{i}")
+            if pod is None or pod.metadata.deletion_timestamp is not None:
+                placed = False
+            elif pod.spec.node_name and pod.spec.node_name != self.nodes[key]:
+                self.core.delete_namespaced_pod(pod.metadata.name, self.ns, grace_period_seconds=0)
+                placed = False
+            elif pod.spec.node_name != self.nodes[key] or pod.status.phase != "Running":
+                placed = False
+        return placed
+
     def cordon(self, node: str, on: bool) -> None:
         self.core.patch_node(node, {"spec": {"unschedulable": on}})
 
@@ -95,14 +111,14 @@ class Bed:
             for i, (cpu, mem) in enumerate(pods):
                 self.replica_set(f"rs-{key}-{i}", cpu, mem)
             wait_for(
-                lambda key=key: all(
-                    (p := self.pod_of(f"rs-{key}-{i}")) is not None
-                    and p.spec.node_name == self.nodes[key]
-                    and p.status.phase == "Running"
-                    for i in range(3)
-                ),
+                lambda key=key: self._placed_on(key),
                 LIVENESS_S,
                 f"the pods of node {key} running there",
+                detail=lambda key=key: ", ".join(
+                    f"{p.metadata.name} on {p.spec.node_name} {p.status.phase}"
+                    for p in self.pods()
+                    if p.metadata.name.startswith(f"rs-{key}-")
+                ),
             )
         for node in self.nodes.values():
             self.cordon(node, False)
