@@ -220,7 +220,8 @@ RATIOS = (("carico", "alone"), ("carico", "trivial"), ("floor", "trivial"), ("ca
 
 def round_ratios(averages: Mapping[str, float]) -> dict[str, float]:
     """One round's ratios (``"carico/trivial"``...) from its pods/s by configuration; a ratio
-    whose configurations were not both measured (or measured nothing) is left out.
+    is left out when either configuration was not measured or its denominator scheduled nothing
+    (a numerator that scheduled nothing is a ratio of 0, a missed target).
 
     >>> round_ratios({"carico": 150.0, "trivial": 200.0})
     {'carico/trivial': 0.75}
@@ -228,7 +229,7 @@ def round_ratios(averages: Mapping[str, float]) -> dict[str, float]:
     return {
         f"{a}/{b}": averages[a] / averages[b]
         for a, b in RATIOS
-        if averages.get(a, 0.0) > 0 and averages.get(b, 0.0) > 0
+        if a in averages and averages.get(b, 0.0) > 0
     }
 
 

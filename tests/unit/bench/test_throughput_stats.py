@@ -182,7 +182,10 @@ def test_the_per_class_limit_is_what_the_extender_admits_of_the_feeds_reports(ro
 
 def test_ratios_leave_out_what_a_round_did_not_measure() -> None:
     ratios = round_ratios({"alone": 500.0, "trivial": 200.0, "floor": 0.0, "carico": 180.0})
-    assert ratios == pytest.approx({"carico/alone": 0.36, "carico/trivial": 0.9})
+    # a floor that scheduled nothing is 0 × trivial, and no denominator for Carico
+    expected = {"carico/alone": 0.36, "carico/trivial": 0.9, "floor/trivial": 0.0}
+    assert ratios == pytest.approx(expected)
+    assert round_ratios({"trivial": 200.0}) == {}
 
 
 def test_rounds_are_judged_by_the_median_of_their_ratios() -> None:
