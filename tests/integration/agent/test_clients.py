@@ -81,8 +81,12 @@ async def test_aggregator_down_then_up_agent_keeps_working_and_reconnects() -> N
             assert second.sequence > first.sequence
             assert len(first.model.u) == first.model.d * first.model.r
             assert list(first.per_pod_costs) == []  # nothing learned yet
-            # The fleet prior seeds the cold-start per-pod cost.
-            assert service.pipeline.estimator.per_pod_cost == pytest.approx(0.05)
+            # The fleet prior (0.05) seeds the cold-start per-pod cost in place of the configured
+            # 0.1. Once seeded, p̂ follows the unit of k as the model moves (rescale): a few
+            # percent by the time this runs, so 20 % separates the fleet's 0.05 from 0.1.
+            estimator = service.pipeline.estimator
+            assert estimator.cost_source == "fleet"
+            assert estimator.per_pod_cost == pytest.approx(0.05, rel=0.2)
             assert service.pipeline.global_view is not None
             assert service.pipeline.global_view.contributing_nodes == 3
             # Aggregator goes away again: the agent keeps reporting.
