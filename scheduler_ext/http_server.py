@@ -318,6 +318,8 @@ def nodes_view(service: ExtenderService) -> list[dict[str, Any]]:
         view.append(
             {
                 "name": name,
+                # what the filter decides this node by: its per-class fits, or avail − reserved
+                "decided_by": "class" if r.classes is not None else "avail",
                 "avail": r.avail,
                 "reserved": held,
                 "free": r.avail - held,

@@ -63,11 +63,17 @@ function flags(n) {
 function renderNodes(nodes) {
   const body = document.querySelector("#nodes tbody");
   const rows = nodes.map((n) => {
+    // A node with per-class data is decided by its classes' fits (next table); its avail, the
+    // one-cost estimate, is shown for reference only, dimmed, with a note on hover.
+    const byClass = n.decided_by === "class";
+    const note = byClass
+      ? { title: "one-cost estimate, not used: this node is decided per workload class" } : {};
     const cells = [
       el("td", { class: "name" }, n.name),
-      el("td", { class: "avail" }, num(n.avail)),
+      el("td", { class: "decided" }, !n.reported ? "–" : byClass ? "per class" : "avail"),
+      el("td", { class: "avail", ...note }, num(n.avail)),
       el("td", { class: "reserved" }, String(n.reserved)),
-      el("td", { class: "free" }, num(n.free)),
+      el("td", { class: "free", ...note }, num(n.free)),
       el("td", { class: "k" }, num(n.k)),
       el("td", { class: "capacity" }, num(n.capacity)),
       el("td", { class: "per_pod_cost" }, num(n.per_pod_cost, 3)),
@@ -77,12 +83,13 @@ function renderNodes(nodes) {
         : `${num(n.data_age_seconds, 1)} s`),
       el("td", { class: "flags" }, ...flags(n)),
     ];
-    const row = el("tr", { "data-node": n.name, class: n.stale ? "stale" : "fresh" }, ...cells);
+    const row = el("tr", { "data-node": n.name, "data-decided": n.decided_by || "",
+      class: n.stale ? "stale" : "fresh" }, ...cells);
     return row;
   });
   body.replaceChildren(...rows);
   if (!nodes.length) {
-    body.append(el("tr", {}, el("td", { colspan: "11" }, "no node has reported yet")));
+    body.append(el("tr", {}, el("td", { colspan: "12" }, "no node has reported yet")));
   }
   staleNodes = new Set(nodes.filter((n) => n.stale).map((n) => n.name));
 }

@@ -154,6 +154,16 @@ def test_dashboard_shows_live_nodes_and_marks_a_stopped_one_stale(
 
     first = _wait("a fresh row with a number for every node", all_reporting)
     assert set(first) == expected
+    # The simulated nodes' agents report per class and the table says the filter decides them
+    # so, their one-cost avail carrying a note that it does not decide; the real node's agent
+    # runs without the API (--no-kube), knows no pod's class and is decided by avail.
+    decided = {n: r["decided"] for n, r in first.items()}
+    assert decided == {"sim-1": "per class", "sim-2": "per class", real: "avail"}, first
+    notes = browser.execute_script(
+        "return Object.fromEntries([...document.querySelectorAll('#nodes tbody tr[data-node]')]"
+        ".map((tr) => [tr.dataset.node, tr.querySelector('td.avail').title]))"
+    )
+    assert "not used" in notes["sim-1"] and notes[real] == "", notes
 
     # Live: the page polls, so the rows change without a reload (data ages move every report).
     def changed() -> bool:

@@ -132,6 +132,7 @@ async def test_a_pod_counted_releases_its_class_cost_and_explain_shows_the_costs
     [n1] = [n for n in nodes if n["name"] == "n1"]
     assert n1["classes"]["classes"][0]["class"] == WEB
     assert n1["classes"]["headroom"] == {"cpu": 0.075, "memory": 0.6}
+    assert n1["decided_by"] == "class"  # its one-cost avail is shown for reference only
 
 
 async def test_a_report_without_per_class_data_means_one_cost_for_every_pod(
@@ -148,4 +149,4 @@ async def test_a_report_without_per_class_data_means_one_cost_for_every_pod(
     status, reply = await extender.post("filter", extender_args(pod_object("web-1"), ["n1"]))
     assert reply["FailedNodes"] == {"n1": "carico: avail 1.4 - reserved 1 < 1"}
     status, nodes = await extender.get("/api/v1/nodes")
-    assert nodes[0]["classes"] is None
+    assert nodes[0]["classes"] is None and nodes[0]["decided_by"] == "avail"
