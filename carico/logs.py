@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Any
+
+import msgspec
 
 from carico.cliargs import add_env_argument
 
 # Attributes every LogRecord has; anything else was passed with ``extra=`` and is logged as a field.
 _STANDARD_ATTRS = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def _plain(value: Any) -> Any:
+    # numpy scalars as their Python number (msgspec would not take a float64 as a float), any
+    # other object as its text, as json.dumps(default=str) did
+    item = getattr(value, "item", None)
+    if callable(item) and type(value).__module__ == "numpy":
+        return item()
+    return str(value)
+
+
+# msgspec, not json.dumps: the extender logs a line per bind at info (the chart's level), and
+# json.dumps took 7 us of the line's 21 (msgspec 1). A NaN is written null, valid JSON.
+_encode = msgspec.json.Encoder(enc_hook=_plain).encode
 
 
 class JsonFormatter(logging.Formatter):
@@ -29,7 +44,7 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str)
+        return _encode(entry).decode()
 
 
 def add_logging_arguments(parser: argparse.ArgumentParser) -> None:

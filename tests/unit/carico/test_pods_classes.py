@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from carico.pods import (
+    MAX_CACHED_QUANTITY,
     MAX_CLASS_NAME,
     ContainerResources,
     Requests,
@@ -19,6 +20,7 @@ from carico.pods import (
     pod_requests,
     workload_class,
 )
+from carico.pods import _parse_text as _parse_text  # the cache, to check what it keeps
 from scheduler_ext import wire
 from scheduler_ext.pods import facts_from_wire
 
@@ -45,6 +47,19 @@ def test_quantities_parse_in_base_units(text: str, value: str) -> None:
 def test_bad_quantities_are_refused(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_quantity(bad)
+
+
+def test_repeated_quantities_parse_alike_and_long_ones_are_not_remembered() -> None:
+    # Parsed quantities are remembered (they repeat on every pod of a workload), but only short
+    # texts: a request full of long valid quantities must not grow the extender's memory.
+    assert parse_quantity("250m") == parse_quantity("250m") == Decimal("0.25")
+    assert parse_quantity(0.25) == Decimal("0.25") and parse_quantity(3) == Decimal(3)
+    remembered = _parse_text.cache_info().currsize
+    long_text = "1" + "0" * (MAX_CACHED_QUANTITY + 10)
+    assert parse_quantity(long_text) == Decimal(long_text)
+    assert _parse_text.cache_info().currsize == remembered
+    with pytest.raises(ValueError, match="invalid quantity"):
+        parse_quantity("1" * (MAX_CACHED_QUANTITY + 1) + "x")
 
 
 def test_requests_sum_containers_and_take_the_largest_init_container() -> None:

@@ -1,9 +1,11 @@
 """Flags with environment equivalents, and JSON log lines."""
 
 import argparse
+import datetime
 import json
 import logging
 
+import numpy as np
 import pytest
 
 from carico.cliargs import add_env_argument, add_env_flag, env_name
@@ -48,6 +50,27 @@ def test_json_log_lines_carry_extra_fields() -> None:
     )
     entry = json.loads(JsonFormatter().format(record))
     assert entry["msg"] == "hello n1" and entry["node"] == "n1" and entry["level"] == "info"
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_json_log_fields_of_any_type_stay_one_valid_json_line() -> None:
+    fields = {
+        "room": np.float64(2.5),
+        "pods": np.int64(3),
+        "ratio": float("nan"),
+        "when": datetime.date(2026, 1, 2),
+        "nodes": ("a", "b"),
+    }
+    record = logging.makeLogRecord({"name": "carico.x", "levelname": "INFO", "msg": "m", **fields})
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    entry = json.loads(line, parse_constant=_not_json)
+    assert entry["room"] == 2.5 and entry["pods"] == 3  # numpy numbers stay numbers
+    assert entry["ratio"] is None
+    assert entry["when"] == "2026-01-02" and entry["nodes"] == ["a", "b"]
 
 
 def test_a_switch_named_no_something_turns_on() -> None:
