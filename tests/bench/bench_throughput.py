@@ -222,8 +222,11 @@ class Extenders:
             # before the 10,000-pod size does
             "--reservation-ttl",
             "86400",
+            # as the chart runs it: a JSON line per bind is part of what Carico costs
             "--log-level",
-            "warning",
+            "info",
+            "--log-format",
+            "json",
             *self.carico_flags,
         )
         ext.start()
