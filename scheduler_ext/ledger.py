@@ -157,8 +157,15 @@ class Ledger:
             room: float | None = None
             fit: Fit | None = None
             if check:
-                probing = self.table.fleet_probing(facts.workload_class)
-                fit = self.table.fit(node, facts.workload_class, facts.requests, now, probing)
+                klass, requests = facts.workload_class, facts.requests
+                probing = self.table.fleet_probing(klass)
+                # Without a cluster-wide probe, the fit the filter just remembered for the node
+                # (the same, unless the node's report or reservations changed since)
+                fit = (
+                    self.table.class_fits(klass, requests, now)(node)
+                    if probing is None and klass
+                    else self.table.fit(node, klass, requests, now, probing)
+                )
                 threshold = self.table.thresholds.threshold
                 free = self.table.free.get(node)
                 if free is None or not self.table.is_fresh(node, now):
