@@ -13,9 +13,10 @@ extender (``throughput_trivial``: every node passes, every score is 0, a bind bi
 HTTP stack; the floor, the trivial extender also taking Carico's inputs and doing nothing with them
 (the capacity feed's reports over the same gRPC ingest, each parsed, and the reservation ledger's
 pod watch, each event decoded): what being an extender that decides on reported capacity costs
-before any of Carico's logic; Carico with ``nodeCacheCapable`` true and false, each with and
-without Carico binding. Every extender configuration sets the same verbs (filter, prioritize and,
-with binding, bind).
+before any of Carico's logic (``--floor-work-us N``: and N microseconds of CPU a pod spent on
+purpose, what per-pod work an extender can afford); Carico with ``nodeCacheCapable`` true and
+false, each with and without Carico binding. Every extender configuration sets the same verbs
+(filter, prioritize and, with binding, bind).
 
 For each configuration kube-scheduler is stopped, the M pods (scheduler_perf's pod-default with
 ``schedulerName: carico-scheduler``) are created, and kube-scheduler is started with the
@@ -168,8 +169,10 @@ class Extenders:
         report_every: float,
         carico_flags: list[str] | None = None,
         per_class: bool = False,
+        floor_work_us: float = 0.0,
     ) -> None:
         self.cp = cp
+        self.floor_work_us = floor_work_us
         self.carico_flags = list(carico_flags or [])
         self.workdir = workdir
         self.report_every = report_every
@@ -203,7 +206,9 @@ class Extenders:
         its URL prefix."""
         if config.extender in ("trivial", "floor"):
             port, grpc_port = free_ports(2)
-            inputs = [str(grpc_port)] if config.extender == "floor" else []
+            inputs = (
+                [str(grpc_port), f"{self.floor_work_us:g}"] if config.extender == "floor" else []
+            )
             self.pid = self._spawn(
                 "throughput_trivial.py", str(self.cp.kubeconfig), str(port), *inputs
             )
@@ -562,9 +567,11 @@ def judge_rounds(rounds: list[dict[str, float]], nodes: int) -> list[str]:
 async def run(args: argparse.Namespace) -> int:
     sizes = sorted(args.size)
     chosen = [c for c in CONFIGS if c.name in args.configs]
+    work = args.floor_work_us
     print(
         f"load average at start {loadavg()}; {os.cpu_count()} CPUs; "
         f"configs {', '.join(c.name for c in chosen)}"
+        + (f"; the floor spends {work:g} us of CPU a pod on purpose" if work else "")
     )
     with tempfile.TemporaryDirectory(prefix="carico-throughput-") as tmp:
         workdir = Path(tmp)
@@ -583,7 +590,12 @@ async def run(args: argparse.Namespace) -> int:
                 print(f"\n{nodes} nodes ready in {time.monotonic() - t0:.0f} s", flush=True)
                 avails = avails_for(names, pods, args.seed)
                 ext = Extenders(
-                    cp, workdir, args.report_every, args.carico_flags.split(), args.per_class
+                    cp,
+                    workdir,
+                    args.report_every,
+                    args.carico_flags.split(),
+                    args.per_class,
+                    args.floor_work_us,
                 )
                 rounds: list[dict[str, float]] = []
                 for round_ in range(args.rounds):
@@ -664,6 +676,13 @@ def main() -> int:
         "scheduled by then",
     )
     p.add_argument("--rounds", type=int, default=1, help="measure every configuration N times")
+    p.add_argument(
+        "--floor-work-us",
+        type=float,
+        default=0.0,
+        help="the floor also spends this much CPU per pod doing nothing useful (microseconds): "
+        "what per-pod work an extender can afford",
+    )
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--carico-flags", default="", help="more flags for carico extender (one string)")
     p.add_argument(

@@ -11,7 +11,12 @@ Carico's (each report parsed, counted and dropped) and the pod watch the reserva
 floor of the throughput benchmark: what being a telemetry-driven extender costs before any of
 Carico's logic.
 
-``python throughput_trivial.py KUBECONFIG PORT [GRPC_PORT]``; serves
+With a WORK_US too, the floor also spends that many microseconds of CPU per pod doing nothing
+useful (half in the filter, a fifth in the prioritize, the rest in the bind, about as Carico's own
+work is spread): how much per-pod work an extender can afford (``--floor-work-us`` of the
+benchmark).
+
+``python throughput_trivial.py KUBECONFIG PORT [GRPC_PORT [WORK_US]]``; serves
 ``/scheduler/{filter,prioritize,bind}``, ``/healthz`` and ``/reports`` (reports taken so far).
 """
 
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -38,6 +44,21 @@ from scheduler_ext.kube import KubernetesCluster  # noqa: E402
 from scheduler_ext.pods import PodFacts  # noqa: E402
 
 JSON = "application/json"
+
+
+class Work:
+    """CPU time spent per pod on purpose (the thread's own time: what it costs, whatever else
+    runs on the machine meanwhile)."""
+
+    def __init__(self, per_pod_us: float = 0.0) -> None:
+        self.per_pod_s = per_pod_us * 1e-6
+
+    def spend(self, share: float) -> None:
+        if self.per_pod_s <= 0:
+            return
+        end = time.thread_time() + self.per_pod_s * share
+        while time.thread_time() < end:
+            pass
 
 
 class Inputs:
@@ -67,9 +88,12 @@ class Inputs:
         return await serve_report(self.report, f"127.0.0.1:{port}")
 
 
-def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> web.Application:
+def build(
+    cluster: KubernetesCluster | None, inputs: Inputs | None = None, work: Work | None = None
+) -> web.Application:
     """The trivial extender's app; with no cluster it has no bind verb (the extender benchmark's
-    baseline, which only filters and prioritizes)."""
+    baseline, which only filters and prioritizes). ``work``: CPU spent per pod on purpose."""
+    spend = (work or Work()).spend
 
     def names_of(args: wire.ExtenderArgs) -> list[str]:
         if args.NodeNames is not None:
@@ -79,6 +103,7 @@ def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> we
 
     async def filter_(request: web.Request) -> web.Response:
         body = await request.read()
+        spend(0.5)
         args = wire.decode_args(body)
         if args.NodeNames is not None:
             reply = wire.encode(wire.FilterResultNames(args.NodeNames, {}, {}))
@@ -88,12 +113,14 @@ def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> we
 
     async def prioritize(request: web.Request) -> web.Response:
         args = wire.decode_args(await request.read())
+        spend(0.2)
         reply = wire.encode([wire.HostPriority(n, 0) for n in names_of(args)])
         return web.Response(body=reply, content_type=JSON)
 
     async def bind(request: web.Request) -> web.Response:
         assert cluster is not None
         args = wire.decode_binding(await request.read())
+        spend(0.3)
         try:
             await cluster.bind(PodFacts(args.PodNamespace, args.PodName, args.PodUID), args.Node)
             error = ""
@@ -117,10 +144,10 @@ def build(cluster: KubernetesCluster | None, inputs: Inputs | None = None) -> we
     return app
 
 
-async def main(kubeconfig: str, port: int, grpc_port: int | None) -> None:
+async def main(kubeconfig: str, port: int, grpc_port: int | None, work_us: float = 0.0) -> None:
     cluster = KubernetesCluster(kubeconfig)
     inputs = Inputs() if grpc_port is not None else None
-    server = await start_http(build(cluster, inputs), "127.0.0.1", port)
+    server = await start_http(build(cluster, inputs, Work(work_us)), "127.0.0.1", port)
     grpc_server = watch = None
     if inputs is not None and grpc_port is not None:
         grpc_server = await inputs.serve_grpc(grpc_port)
@@ -138,7 +165,8 @@ async def main(kubeconfig: str, port: int, grpc_port: int | None) -> None:
 
 if __name__ == "__main__":
     grpc_port = int(sys.argv[3]) if sys.argv[3:] else None
+    work_us = float(sys.argv[4]) if sys.argv[4:] else 0.0
     if grpc_port is not None:  # gRPC's poller thread takes the GIL: as Carico's extender does
         sys.setswitchinterval(SWITCH_INTERVAL_S)
     with asyncio.Runner(loop_factory=event_loop_factory("uvloop")) as runner:
-        runner.run(main(sys.argv[1], int(sys.argv[2]), grpc_port))
+        runner.run(main(sys.argv[1], int(sys.argv[2]), grpc_port, work_us))
