@@ -604,7 +604,7 @@ def _print_extender_side(release: CaricoRelease, node: RealNode) -> None:
     print("  " + " ".join(x for x in metrics if x.startswith(shown)))
     for pod in release.pods("scheduler"):
         lines = node.pod_log(NAMESPACE, pod.metadata.name).splitlines()
-        # the extender logs JSON lines ('"level": "warning"'), its start-up banner plain text
+        # the extender logs JSON lines ('"level":"warning"'), its start-up banner plain text
         marks = ("WARN", "ERROR", '"warning"', '"error"', "repack", "woke", "wake", "bind ")
         noted = [x for x in lines if any(m in x for m in marks)]
         print(f"  {pod.metadata.name} log ({len(lines)} lines), warnings, repack, wake, bind:")
@@ -637,11 +637,13 @@ def _binds(log: list[str], burst: Burst, job: str) -> list[Bind]:
     """The extender's binds of the burst's pods, from its log."""
     out = []
     for line in log:
-        if '"decision": "bind"' not in line:
+        if '"decision"' not in line:  # a cheap test first: most lines are not decisions
             continue
         try:
             entry = json.loads(line)
         except ValueError:
+            continue
+        if not isinstance(entry, dict) or entry.get("decision") != "bind":
             continue
         if not entry.get("pod", "").split("/")[-1].startswith(job):
             continue
