@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -395,20 +395,22 @@ async def measure(
         )
         if ext.metrics_url:
             after = await _scrape(api, ext.metrics_url)
+
+            def grew(series: str, label: dict[str, str] | None = None) -> float:
+                """How much the extender's counter grew over the phase."""
+                return counter(after, series, label) - counter(ext_before, series, label)
+
             for verb in ("filter", "prioritize", "bind"):
                 label = {"verb": verb}
                 result.ext[verb] = histogram(after, EXT_LATENCY, label).minus(
                     histogram(ext_before, EXT_LATENCY, label)
                 )
-                result.ext_counts[verb] = counter(after, EXT_REQUESTS, label) - counter(
-                    ext_before, EXT_REQUESTS, label
-                )
+                result.ext_counts[verb] = grew(EXT_REQUESTS, label)
             for name, series in (("holds", EXT_HOLDS), ("waits", EXT_WAITS)):
-                result.ext_counts[name] = counter(after, series) - counter(ext_before, series)
+                result.ext_counts[name] = grew(series)
             # the nodes its filters turned away (the failed map of the replies that had to carry it)
             result.ext_counts["failed nodes"] = sum(
-                counter(after, EXT_DECISIONS, {"verb": "filter", "outcome": outcome})
-                - counter(ext_before, EXT_DECISIONS, {"verb": "filter", "outcome": outcome})
+                grew(EXT_DECISIONS, {"verb": "filter", "outcome": outcome})
                 for outcome in ("fail", "unresolvable")
             )
         if config.extender == "carico":
@@ -452,9 +454,9 @@ def _ms(h: Histogram, q: float) -> str:
     return "-" if math.isnan(v) else f"{v * 1000:.1f}"
 
 
-def report(results: list[Result], nodes: int, pods: int) -> list[str]:
-    """Prints the table and ratios; returns the over-admissions (``judge_rounds`` judges the
-    ratios' targets)."""
+def report(results: list[Result], nodes: int, pods: int, ratios: Mapping[str, float]) -> list[str]:
+    """Prints the table and the round's ``ratios`` (``round_ratios``); returns the
+    over-admissions (``judge_rounds`` judges the ratios' targets)."""
     by = {r.config.name: r for r in results}
     alone = by.get("alone")
     print(f"\n{nodes} nodes x {pods} pods (load average {loadavg()})")
@@ -521,7 +523,7 @@ def report(results: list[Result], nodes: int, pods: int) -> list[str]:
     print("pods created at " + ", ".join(f"{r.config.name} {r.create_rate:.0f}/s" for r in results))
     # floor / trivial: what taking the reports and the pod watch costs, before Carico's logic
     targets = _targets(nodes)
-    for name, ratio in round_ratios({r.config.name: r.average for r in results}).items():
+    for name, ratio in ratios.items():
         goal = f" (target >= {targets[name]})" if name in targets else ""
         print(f"{name.replace('/', ' / ')}: {ratio:.2f}{goal}")
     missed = []
@@ -622,8 +624,8 @@ async def run(args: argparse.Namespace) -> int:
                         )
                         results.append(r)
                     results.sort(key=lambda r: chosen.index(r.config))
-                    missed += report(results, nodes, pods)
                     rounds.append(round_ratios({r.config.name: r.average for r in results}))
+                    missed += report(results, nodes, pods, rounds[-1])
                 missed += judge_rounds(rounds, nodes)
         finally:
             await api.close()
